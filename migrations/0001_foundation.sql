@@ -14,3 +14,15 @@ CREATE TABLE installation (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO installation DEFAULT VALUES;
+
+-- Every panel replica announces itself here; the console lists the live ones
+-- and a leader-elected job removes those gone for good.
+CREATE TABLE panel_replicas (
+    id         uuid PRIMARY KEY,
+    host       text NOT NULL,
+    listen     text NOT NULL,
+    version    text NOT NULL,
+    pid        integer NOT NULL,
+    started_at timestamptz NOT NULL,
+    last_seen  timestamptz NOT NULL
+);

@@ -429,8 +429,9 @@ func (p *Postgres) Stop() {
 
 // lineLogger forwards a child's output to slog line by line.
 type lineLogger struct {
-	log *slog.Logger
-	buf []byte
+	log   *slog.Logger
+	level slog.Level
+	buf   []byte
 }
 
 func (l *lineLogger) Write(b []byte) (int, error) {
@@ -443,7 +444,7 @@ func (l *lineLogger) Write(b []byte) (int, error) {
 		line := strings.TrimSpace(string(l.buf[:i]))
 		l.buf = l.buf[i+1:]
 		if line != "" {
-			l.log.Info(line)
+			l.log.Log(context.Background(), l.level, line)
 		}
 	}
 	if len(l.buf) > 64<<10 {

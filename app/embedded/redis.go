@@ -110,7 +110,8 @@ requirepass %s
 	}
 	cmd := exec.Command(bin, conf)
 	cmd.Dir = cfg.Dir
-	out := &lineLogger{log: r.log}
+	// Redis prints a banner and host tuning advice at start: debug level.
+	out := &lineLogger{log: r.log, level: slog.LevelDebug}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := start(cmd, syscall.SIGTERM); err != nil {
 		return nil, fmt.Errorf("embedded: start redis-server: %w", err)
