@@ -196,3 +196,26 @@ func scrubFields(s string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// AtLeast returns a logger that drops records below min: for chatty
+// libraries (River reports job counts every few seconds at info).
+func AtLeast(l *slog.Logger, min slog.Level) *slog.Logger {
+	return slog.New(minLevel{Handler: l.Handler(), min: min})
+}
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{Handler: m.Handler.WithAttrs(a), min: m.min}
+}
+
+func (m minLevel) WithGroup(n string) slog.Handler {
+	return minLevel{Handler: m.Handler.WithGroup(n), min: m.min}
+}

@@ -204,6 +204,18 @@ type Database struct {
 // DB returns a fresh migrated database for t, dropped when t ends.
 func DB(t testing.TB) *Database {
 	t.Helper()
+	return newDB(t, template)
+}
+
+// EmptyDB returns a fresh database with no migrations applied, for tests of
+// the migrator itself.
+func EmptyDB(t testing.TB) *Database {
+	t.Helper()
+	return newDB(t, "template0")
+}
+
+func newDB(t testing.TB, from string) *Database {
+	t.Helper()
 	pgOnce.Do(func() { startPostgres(t) })
 	if pgErr != nil {
 		t.Fatalf("testenv: postgres: %v", pgErr)
@@ -214,7 +226,7 @@ func DB(t testing.TB) *Database {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	_, err = c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template+" OWNER "+embedded.OwnerRole)
+	_, err = c.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+from+" OWNER "+embedded.OwnerRole)
 	c.Close(ctx)
 	if err != nil {
 		t.Fatalf("testenv: create database: %v", err)

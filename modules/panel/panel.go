@@ -191,7 +191,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
-		Logger:  log.With("component", "river"),
+		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
 		Workers: workers,
 		// Periodic jobs run on the elected leader only, so replicas never
