@@ -85,7 +85,17 @@ func (h *handler) chaotic(next http.HandlerFunc, errs bool) http.HandlerFunc {
 		if d := h.b.delay(); d > 0 && !h.b.sleep(r.Context(), d) {
 			return
 		}
-		if errs && h.b.roll(h.b.Chaos().ErrorRate) {
+		ch := h.b.Chaos()
+		if ch.DropResponseRate > 0 {
+			// While responses may be dropped, no connection is reused:
+			// browsers and Go's client silently resend a request whose
+			// reused connection closed before any answer (Go only for
+			// requests it deems idempotent, which includes any request
+			// carrying an Idempotency-Key), which would turn one dropped
+			// answer into a second booking behind the caller's back.
+			w.Header().Set("Connection", "close")
+		}
+		if errs && h.b.roll(ch.ErrorRate) {
 			unavailable(w, r)
 			return
 		}
