@@ -169,4 +169,3 @@ func (l latency) sample(r *rand.Rand) time.Duration {
 func seedRand(seed int, stream uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(seed), stream))
 }
-

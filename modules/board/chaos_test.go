@@ -85,7 +85,10 @@ func TestChaos5xx(t *testing.T) {
 }
 
 func TestChaosLateCommit(t *testing.T) {
-	tb := setup(t, true, func(c *board.Config) { c.Chaos.LateCommitRate = 1; c.Chaos.LateCommitDelay = board.Duration(20 * time.Second) })
+	tb := setup(t, true, func(c *board.Config) {
+		c.Chaos.LateCommitRate = 1
+		c.Chaos.LateCommitDelay = board.Duration(20 * time.Second)
+	})
 	c := tb.login(t, "acme-1")
 	l := tb.publish(t, 1)[0]
 	st, body := book(t, c, l.ID, "")
