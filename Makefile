@@ -1,0 +1,66 @@
+# Fleetwright — the two commands a new user needs are `make run` and `make test`.
+GO        ?= go
+BIN       := bin/fleetwright
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+DATA_DIR  ?= ./var
+LISTEN    ?= 127.0.0.1:8080
+# System packages the product and its tests run: Postgres and Redis (embedded
+# by the panel), Chromium (agents and browser tests), systemd (unit checks).
+APT_PKGS  := postgresql redis-server chromium systemd
+
+.PHONY: all deps build run test vet fmt-check generate check-generated bench clean
+
+all: build
+
+## deps: install missing system packages with apt (as root), or say what is missing.
+deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "deps: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "deps: missing$$missing — run: sudo apt-get install -y$$missing (or run make as root)"; exit 1; \
+	  fi; \
+	fi
+
+## build: the binary, without the race detector.
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+## run: install what is missing, build and start the panel on its embedded Postgres and Redis.
+run: deps build
+	./$(BIN) --role=panel --listen=$(LISTEN) --data-dir=$(DATA_DIR)
+
+## test: vet, the generated-code and format checks, then every test under -race.
+test: deps vet fmt-check check-generated build
+	FLEET_TEST_BIN=$(abspath $(BIN)) $(GO) test -race -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+generate:
+	$(GO) tool templ generate
+
+## check-generated: fails when committed templ output is stale.
+check-generated:
+	@$(GO) tool templ generate >/dev/null 2>&1
+	@if [ -n "$$(git status --porcelain -- '*_templ.go')" ]; then \
+	  echo "generated templ code is stale; run 'make generate' and commit:"; \
+	  git status --porcelain -- '*_templ.go'; exit 1; fi
+
+## bench: the Go benchmarks (figures go to docs/BENCHMARKS.md).
+bench: build
+	FLEET_TEST_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench . -benchtime 3x ./...
+
+clean:
+	rm -rf bin

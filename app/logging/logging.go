@@ -1,0 +1,221 @@
+// Package logging builds the process's slog logger. Its handler redacts
+// secrets before anything is written: attributes whose key names a secret
+// (password, token, secret, otp, cookie, authorization, …) lose their value,
+// and every value registered as a live secret is replaced wherever it appears:
+// in the message, in string attributes, inside error strings, in nested groups
+// and in recovered panic messages.
+package logging
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Redacted is what a secret is replaced with.
+const Redacted = "[REDACTED]"
+
+// minSecretLen keeps very short strings out of the registry: replacing every
+// "1" in every log line would make logs unreadable and protect nothing.
+const minSecretLen = 4
+
+// sensitiveKeys are substrings of attribute keys whose values are never written.
+var sensitiveKeys = []string{
+	"password", "passwd", "token", "secret", "otp", "totp", "cookie",
+	"authorization", "session_id", "sessionid", "api_key", "apikey", "private_key", "credential",
+}
+
+var (
+	mu      sync.RWMutex
+	secrets = map[string]struct{}{}
+	ordered []string // longest first, so a secret containing another is replaced whole
+)
+
+// RegisterSecret marks a value as a live secret: from now on it is redacted
+// from every log line of every logger this package built.
+func RegisterSecret(values ...string) {
+	mu.Lock()
+	defer mu.Unlock()
+	changed := false
+	for _, v := range values {
+		if len(v) < minSecretLen {
+			continue
+		}
+		if _, ok := secrets[v]; !ok {
+			secrets[v] = struct{}{}
+			changed = true
+		}
+	}
+	if changed {
+		ordered = ordered[:0]
+		for s := range secrets {
+			ordered = append(ordered, s)
+		}
+		sort.Slice(ordered, func(i, j int) bool { return len(ordered[i]) > len(ordered[j]) })
+	}
+}
+
+// Scrub returns s with every registered secret replaced. Use it for text that
+// leaves the process by another way than the logger (an error page, a report).
+func Scrub(s string) string {
+	mu.RLock()
+	defer mu.RUnlock()
+	for _, sec := range ordered {
+		if strings.Contains(s, sec) {
+			s = strings.ReplaceAll(s, sec, Redacted)
+		}
+	}
+	return s
+}
+
+// SensitiveKey reports whether an attribute key names a secret.
+func SensitiveKey(key string) bool {
+	k := strings.ToLower(key)
+	for _, s := range sensitiveKeys {
+		if strings.Contains(k, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Options configure New.
+type Options struct {
+	// Format is "text" or "json".
+	Format string
+	// Level is the minimum level written.
+	Level slog.Leveler
+}
+
+// New returns a logger writing to w through the redacting handler.
+func New(w io.Writer, opts Options) *slog.Logger {
+	return slog.New(NewHandler(w, opts))
+}
+
+// NewHandler returns the redacting handler around slog's text or JSON handler.
+func NewHandler(w io.Writer, opts Options) slog.Handler {
+	ho := &slog.HandlerOptions{Level: opts.Level}
+	var inner slog.Handler
+	if opts.Format == "json" {
+		inner = slog.NewJSONHandler(w, ho)
+	} else {
+		inner = slog.NewTextHandler(w, ho)
+	}
+	return &Handler{inner: inner}
+}
+
+// Handler redacts secrets and delegates to an inner handler.
+type Handler struct {
+	inner slog.Handler
+}
+
+// Wrap puts the redacting layer around any handler (tests use it to capture).
+func Wrap(h slog.Handler) *Handler { return &Handler{inner: h} }
+
+// Enabled implements slog.Handler.
+func (h *Handler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
+
+// Handle implements slog.Handler.
+func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, Scrub(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(redactAttr(a))
+		return true
+	})
+	return h.inner.Handle(ctx, out)
+}
+
+// WithAttrs implements slog.Handler.
+func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	red := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		red[i] = redactAttr(a)
+	}
+	return &Handler{inner: h.inner.WithAttrs(red)}
+}
+
+// WithGroup implements slog.Handler.
+func (h *Handler) WithGroup(name string) slog.Handler {
+	return &Handler{inner: h.inner.WithGroup(name)}
+}
+
+func redactAttr(a slog.Attr) slog.Attr {
+	if SensitiveKey(a.Key) && a.Value.Kind() != slog.KindGroup {
+		return slog.String(a.Key, Redacted)
+	}
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, Scrub(v.String()))
+	case slog.KindGroup:
+		g := v.Group()
+		red := make([]any, len(g))
+		for i, ga := range g {
+			red[i] = redactAttr(ga)
+		}
+		return slog.Group(a.Key, red...)
+	case slog.KindAny:
+		switch x := v.Any().(type) {
+		case error:
+			return slog.String(a.Key, Scrub(x.Error()))
+		case fmt.Stringer:
+			return slog.String(a.Key, Scrub(x.String()))
+		case []byte:
+			return slog.String(a.Key, Scrub(string(x)))
+		default:
+			// Structures are flattened to text so a secret in a field cannot
+			// slip past; their field names are checked too.
+			s := fmt.Sprintf("%+v", x)
+			return slog.String(a.Key, Scrub(scrubFields(s)))
+		}
+	default:
+		return slog.Attr{Key: a.Key, Value: v}
+	}
+}
+
+// scrubFields blanks "Key:value" pairs of %+v output whose key is sensitive.
+func scrubFields(s string) string {
+	if !strings.Contains(s, ":") {
+		return s
+	}
+	parts := strings.Fields(s)
+	changed := false
+	for i, p := range parts {
+		k, _, ok := strings.Cut(strings.TrimLeft(p, "{&["), ":")
+		if ok && SensitiveKey(k) {
+			parts[i] = k + ":" + Redacted
+			changed = true
+		}
+	}
+	if !changed {
+		return s
+	}
+	return strings.Join(parts, " ")
+}
+
+// AtLeast returns a logger that drops records below min: for chatty
+// libraries (River reports job counts every few seconds at info).
+func AtLeast(l *slog.Logger, min slog.Level) *slog.Logger {
+	return slog.New(minLevel{Handler: l.Handler(), min: min})
+}
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{Handler: m.Handler.WithAttrs(a), min: m.min}
+}
+
+func (m minLevel) WithGroup(n string) slog.Handler {
+	return minLevel{Handler: m.Handler.WithGroup(n), min: m.min}
+}

@@ -1,0 +1,177 @@
+// Command fleetwright is the whole product in one binary: the role flag
+// decides which subsystems start, not which code exists.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/fleetwright/fleetwright/app/config"
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/panel"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// roles are the long-running roles this build has.
+var roles = []string{"panel"}
+
+// commands are the one-shot subcommands.
+var commands = []struct{ name, help string }{
+	{"version", "print the build version"},
+	{"migrate", "apply database migrations (embedded cluster under --data-dir, or --database-url) and exit"},
+}
+
+type options struct {
+	role, listen, dataDir, logFormat, logLevel string
+	panel                                      panel.Config
+}
+
+func flags(o *options) *config.Set {
+	s := config.New("fleetwright")
+	s.Enum(&o.role, "role", "FLEET_ROLE", "panel", roles, "which role this process runs")
+	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on", config.Roles("panel"))
+	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "migrate"))
+	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
+	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "lowest level logged")
+	o.panel.Register(s)
+	return s
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var o options
+	s := flags(&o)
+	rest, err := s.Parse(args, os.Getenv)
+	if errors.Is(err, config.ErrHelp) {
+		usage(stdout, s)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fleetwright: %v (see fleetwright --help)\n", err)
+		return 2
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "fleetwright: unexpected argument %q (see fleetwright --help)\n", rest[0])
+		return 2
+	}
+	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch cmd {
+	case "":
+	case "version":
+		fmt.Fprintln(stdout, "fleetwright", version)
+		return 0
+	case "migrate":
+		return exit(stderr, migrate(ctx, o, log))
+	case "help":
+		usage(stdout, s)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fleetwright: unknown command %q; commands: %s (see fleetwright --help)\n", cmd, commandNames())
+		return 2
+	}
+	switch o.role {
+	case "panel":
+		o.panel.Listen, o.panel.DataDir, o.panel.Version = o.listen, o.dataDir, version
+		return exit(stderr, panel.Run(ctx, o.panel, log))
+	}
+	return 2
+}
+
+func exit(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "fleetwright: %s\n", logging.Scrub(err.Error()))
+	return 1
+}
+
+func level(s string) slog.Level {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(s))
+	return l
+}
+
+func commandNames() string {
+	out := ""
+	for i, c := range commands {
+		if i > 0 {
+			out += ", "
+		}
+		out += c.name
+	}
+	return out
+}
+
+// migrate applies migrations against --database-url, or the embedded cluster.
+func migrate(ctx context.Context, o options, log *slog.Logger) error {
+	ownerURL, appRole := o.panel.DatabaseURL, embedded.AppRole
+	if ownerURL == "" {
+		lock, err := embedded.LockDataDir(o.dataDir, "fleetwright migrate")
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+		pg, err := embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: filepath.Join(o.dataDir, "postgres"), Logger: log})
+		if err != nil {
+			return err
+		}
+		defer pg.Stop()
+		ownerURL = pg.OwnerURL()
+	} else if o.panel.DatabaseAppURL != "" {
+		u, err := userOf(o.panel.DatabaseAppURL)
+		if err != nil {
+			return err
+		}
+		appRole = u
+	}
+	pool, err := db.Open(ctx, ownerURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := db.Migrate(ctx, pool, migrations.FS, appRole, log); err != nil {
+		return err
+	}
+	log.Info("migrations up to date")
+	return nil
+}
+
+func usage(w io.Writer, s *config.Set) {
+	fmt.Fprintf(w, `Fleetwright %s — control plane for browser-automation fleets.
+
+Usage:
+  fleetwright [--role=ROLE] [flags]     run a long-lived role
+  fleetwright COMMAND [flags]           run a one-shot command
+
+Roles:
+  panel    the control plane: console, agent gateway, claim engine, durable jobs, metrics
+
+Commands:
+`, version)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.help)
+	}
+	fmt.Fprintf(w, "\nFlags (a flag wins over its variable, the variable over the default):\n")
+	s.PrintDefaults(w)
+}

@@ -1,0 +1,280 @@
+// Package panel is the control-plane role: it starts (or connects to)
+// Postgres and Redis, applies migrations, runs River and serves the console,
+// health, readiness and metrics, and stops all of it in order.
+package panel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/fleetwright/fleetwright/app/config"
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/static"
+)
+
+// Config is the panel's configuration.
+type Config struct {
+	Listen  string
+	DataDir string
+	Version string
+	// DatabaseURL is the owner role's URL (it runs migrations). Empty starts
+	// the embedded cluster under DataDir.
+	DatabaseURL string
+	// DatabaseAppURL is the application role's URL, used for everything else.
+	DatabaseAppURL   string
+	RedisURL         string
+	DBMaxConns       int
+	PGMaxConnections int
+	ShutdownTimeout  time.Duration
+	// Ready, when set, receives the bound address once the panel serves.
+	Ready func(addr string)
+}
+
+// Register declares the panel's own flags (--listen and --data-dir are shared
+// by several roles and declared by main).
+func (c *Config) Register(s *config.Set) {
+	panel := config.Roles("panel")
+	s.String(&c.DatabaseURL, "database-url", "FLEET_DATABASE_URL", "",
+		"Postgres URL of the role that owns the schema and runs migrations; empty runs an embedded cluster under --data-dir", panel)
+	s.String(&c.DatabaseAppURL, "database-app-url", "FLEET_DATABASE_APP_URL", "",
+		"Postgres URL of the application role (neither owner, superuser nor BYPASSRLS); required with --database-url", panel)
+	s.String(&c.RedisURL, "redis-url", "FLEET_REDIS_URL", "",
+		"Redis URL of the default cell; empty runs an embedded redis-server under --data-dir", panel)
+	s.Int(&c.DBMaxConns, "db-max-conns", "FLEET_DB_MAX_CONNS", 64,
+		"size of the panel's Postgres pool (pgx's own default is 4 on two cores, far too small for claims)", panel)
+	s.Int(&c.PGMaxConnections, "pg-max-connections", "FLEET_PG_MAX_CONNECTIONS", 300,
+		"max_connections of the embedded cluster (at least 200)", panel)
+	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "FLEET_SHUTDOWN_TIMEOUT", 30*time.Second,
+		"how long a graceful stop may take before connections are cut", panel)
+}
+
+// Validate checks the combination of settings before anything starts.
+func (c *Config) Validate() error {
+	if c.DatabaseURL != "" && c.DatabaseAppURL == "" {
+		return errors.New("panel: --database-url needs --database-app-url (FLEET_DATABASE_APP_URL): the panel runs as an application role that is neither owner, superuser nor BYPASSRLS")
+	}
+	if c.DatabaseURL == "" && c.DatabaseAppURL != "" {
+		return errors.New("panel: --database-app-url is only used with --database-url (FLEET_DATABASE_URL)")
+	}
+	if c.PGMaxConnections < 200 {
+		return fmt.Errorf("panel: --pg-max-connections must be at least 200, got %d", c.PGMaxConnections)
+	}
+	if c.DBMaxConns < 4 {
+		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
+	}
+	return nil
+}
+
+// Panel is a running panel.
+type Panel struct {
+	cfg    Config
+	log    *slog.Logger
+	lock   *embedded.Lock
+	pg     *embedded.Postgres
+	rds    *embedded.Redis
+	DB     *pgxpool.Pool
+	Redis  *redis.Client
+	River  *river.Client[pgx.Tx]
+	Health *server.Health
+	Reg    *prometheus.Registry
+	Router chi.Router
+	// ReplicaID names this process among the panel replicas sharing the database.
+	ReplicaID string
+	srv       *server.Server
+	hbStop    context.CancelFunc
+	hbDone    chan struct{}
+}
+
+// Run starts the panel and serves until ctx ends, then shuts down in order:
+// HTTP drains, River stops, pools close, the embedded services stop.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	p, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- p.srv.Serve() }()
+	if cfg.Ready != nil {
+		cfg.Ready(p.srv.Addr())
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("panel stopping")
+	case err = <-errc:
+	}
+	p.Stop()
+	return err
+}
+
+// Start brings every part up; on failure it stops what it started.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Panel, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Panel{cfg: cfg, log: log, ReplicaID: newReplicaID()}
+	if err := p.start(ctx); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Panel) start(ctx context.Context) (err error) {
+	cfg, log := p.cfg, p.log
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("panel: create data dir: %w", err)
+	}
+	if p.lock, err = embedded.LockDataDir(cfg.DataDir, "a fleetwright panel"); err != nil {
+		return err
+	}
+	ownerURL, appURL := cfg.DatabaseURL, cfg.DatabaseAppURL
+	if ownerURL == "" {
+		p.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{
+			Dir: filepath.Join(cfg.DataDir, "postgres"), MaxConnections: cfg.PGMaxConnections, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		ownerURL, appURL = p.pg.OwnerURL(), p.pg.AppURL()
+	}
+	redisURL := cfg.RedisURL
+	if redisURL == "" {
+		p.rds, err = embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(cfg.DataDir, "redis"), Logger: log})
+		if err != nil {
+			return err
+		}
+		redisURL = p.rds.URL(0)
+	}
+	if err := migrate(ctx, ownerURL, appURL, log); err != nil {
+		return err
+	}
+	if p.DB, err = db.Open(ctx, appURL, int32(cfg.DBMaxConns)); err != nil {
+		return err
+	}
+	if err := db.CheckAppRole(ctx, p.DB); err != nil {
+		return err
+	}
+	ropts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return errors.New("panel: malformed Redis URL (check FLEET_REDIS_URL)")
+	}
+	logging.RegisterSecret(ropts.Password)
+	p.Redis = redis.NewClient(ropts)
+
+	p.Reg = prometheus.NewRegistry()
+	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.Health = server.NewHealth(p.Reg)
+	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
+	// A cell's Redis is reported, never fatal to readiness: a failing cell
+	// must not take the whole panel out of its load balancer.
+	p.Health.Add(server.Check{Name: "redis:default", Probe: func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() }})
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
+	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
+		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
+		Workers: workers,
+		// Periodic jobs run on the elected leader only, so replicas never
+		// overlap; a missed run simply happens at the next start (catch-up
+		// policy: run once, not once per missed interval).
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+				func() (river.JobArgs, *river.InsertOpts) { return pruneReplicasArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("panel: river: %w", err)
+	}
+	if err := p.River.Start(ctx); err != nil {
+		return fmt.Errorf("panel: start river: %w", err)
+	}
+
+	p.Router = server.NewRouter(log, p.Reg)
+	server.Mount(p.Router, p.Health, p.Reg)
+	static.Mount(p.Router)
+	console.Mount(p.Router, console.Deps{DB: p.DB, Health: p.Health, Version: cfg.Version})
+
+	if p.srv, err = server.Listen(cfg.Listen, p.Router, log); err != nil {
+		return err
+	}
+	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(ctx))
+	p.hbDone = make(chan struct{})
+	p.hbStop = hbStop
+	go func() {
+		defer close(p.hbDone)
+		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, log)
+	}()
+	log.Info("panel ready", "console", "http://"+p.srv.Addr()+"/", "data_dir", cfg.DataDir)
+	return nil
+}
+
+func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) error {
+	appCfg, err := pgx.ParseConfig(appURL)
+	if err != nil {
+		return errors.New("panel: malformed application database URL (check FLEET_DATABASE_APP_URL)")
+	}
+	owner, err := db.Open(ctx, ownerURL, 2)
+	if err != nil {
+		return err
+	}
+	defer owner.Close()
+	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, log)
+}
+
+// Addr is the address the console is served on.
+func (p *Panel) Addr() string { return p.srv.Addr() }
+
+// Stop shuts everything down within the configured timeout.
+func (p *Panel) Stop() {
+	timeout := p.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if p.srv != nil {
+		if err := p.srv.Shutdown(ctx); err != nil {
+			p.log.Warn("http shutdown cut connections", "err", err)
+		}
+	}
+	if p.hbStop != nil {
+		p.hbStop()
+		<-p.hbDone
+	}
+	if p.River != nil {
+		if err := p.River.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			p.log.Warn("river stop", "err", err)
+		}
+	}
+	if p.Redis != nil {
+		_ = p.Redis.Close()
+	}
+	if p.DB != nil {
+		p.DB.Close()
+	}
+	p.rds.Stop()
+	p.pg.Stop()
+	p.lock.Release()
+	p.log.Info("panel stopped")
+}
