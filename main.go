@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/panel"
 )
 
@@ -25,7 +26,7 @@ import (
 var version = "dev"
 
 // roles are the long-running roles this build has.
-var roles = []string{"panel"}
+var roles = []string{"panel", "board"}
 
 // commands are the one-shot subcommands.
 var commands = []struct{ name, help string }{
@@ -36,16 +37,19 @@ var commands = []struct{ name, help string }{
 type options struct {
 	role, listen, dataDir, logFormat, logLevel string
 	panel                                      panel.Config
+	board                                      board.Config
 }
 
 func flags(o *options) *config.Set {
 	s := config.New("fleetwright")
 	s.Enum(&o.role, "role", "FLEET_ROLE", "panel", roles, "which role this process runs")
-	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on", config.Roles("panel"))
-	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "migrate"))
+	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (the board's default is 127.0.0.1:8090)", config.Roles("panel", "board"))
+	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "board", "migrate"))
 	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
 	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "lowest level logged")
 	o.panel.Register(s)
+	o.board = board.Defaults()
+	o.board.Register(s)
 	return s
 }
 
@@ -94,6 +98,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "panel":
 		o.panel.Listen, o.panel.DataDir, o.panel.Version = o.listen, o.dataDir, version
 		return exit(stderr, panel.Run(ctx, o.panel, log))
+	case "board":
+		o.board.Listen, o.board.DataDir = o.listen, o.dataDir
+		if !s.Given("listen") {
+			o.board.Listen = "127.0.0.1:8090"
+		}
+		return exit(stderr, board.Run(ctx, o.board, log))
 	}
 	return 2
 }
@@ -166,6 +176,7 @@ Usage:
 
 Roles:
   panel    the control plane: console, agent gateway, claim engine, durable jobs, metrics
+  board    the sandbox load board: a realistic platform to rehearse, demo and load-test against
 
 Commands:
 `, version)
