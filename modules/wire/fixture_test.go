@@ -75,7 +75,7 @@ func samples(v int) map[Type]Message {
 		TypeState: State{Paused: true, MemoryRSSBytes: ptr(uint64(48 << 20)), Workers: []WorkerState{
 			{Name: "watcher-1", Kind: "watcher", State: WorkerRunning, Restarts: 0, OldestTaskAgeMillis: ptr(int64(1250))},
 			{Name: "actor-1", Kind: "actor", State: WorkerNeedsPerson, Restarts: 5,
-				LastOperation: &Operation{ID: "op_99", JobKey: "load-123456", Outcome: "confirmed", FinishedAt: t1},
+				LastOperation:       &Operation{ID: "op_99", JobKey: "load-123456", Outcome: "confirmed", FinishedAt: t1},
 				OldestTaskAgeMillis: ptr(int64(0))},
 		}},
 		TypeEvent: Event{Level: LevelWarn, Kind: "worker_needs_person", Worker: "actor-1",
