@@ -547,12 +547,14 @@ func TestOnlyTheWelcomingInstallationCounts(t *testing.T) {
 	pc := p.session(t)
 	next[wire.State](t, pc, nil)
 	require.Equal(t, 0, h.authState(t).UnknownTokenCount)
-	n := len(h.clk.Sleeps()) // includes the state ticker
 	pc.conn.CloseNow()
-	d := h.nextSleep(t, n)
-	require.Equal(t, 750*time.Millisecond, d, "the network backoff restarts after a welcome")
-	h.clk.Advance(d)
-	d = h.nextSleep(t, n+1)
+	// After the eight pauses above: the state ticker (1 h) and the backoff.
+	require.Eventually(t, func() bool {
+		s := h.clk.Sleeps()
+		return len(s) >= 10 && slices.Equal(s[8:10], []time.Duration{time.Hour, 750 * time.Millisecond})
+	}, 10*time.Second, time.Millisecond, "the network backoff restarts after a welcome")
+	h.clk.Advance(750 * time.Millisecond)
+	d := h.nextSleep(t, 10)
 	require.Equal(t, AuthFirstPause, d)
 	require.Equal(t, 1, h.authState(t).UnknownTokenCount)
 	require.Contains(t, h.logs.String(), "not counted")
