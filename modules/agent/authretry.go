@@ -15,7 +15,7 @@ import "time"
 // the account was deleted while the agent's host was forgotten: it wipes its
 // credentials, cookies and token, marks itself retired and exits with
 // ExitRetired, so it stops knocking with live credentials. From the first
-// answer to retirement takes about 3 h 40 min.
+// answer to retirement takes 3 h 40 min to 3 h 51 min.
 //
 // A welcome resets the count. Network errors, timeouts, 5xx and version
 // rejects neither count nor reset (they have their own reconnect backoff).
