@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/panel"
 )
@@ -26,18 +27,20 @@ import (
 var version = "dev"
 
 // roles are the long-running roles this build has.
-var roles = []string{"panel", "board"}
+var roles = []string{"panel", "agent", "board"}
 
 // commands are the one-shot subcommands.
 var commands = []struct{ name, help string }{
 	{"version", "print the build version"},
 	{"migrate", "apply database migrations (embedded cluster under --data-dir, or --database-url) and exit"},
+	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
 }
 
 type options struct {
 	role, listen, dataDir, logFormat, logLevel string
 	panel                                      panel.Config
 	board                                      board.Config
+	agent                                      agent.Config
 }
 
 func flags(o *options) *config.Set {
@@ -50,6 +53,7 @@ func flags(o *options) *config.Set {
 	o.panel.Register(s)
 	o.board = board.Defaults()
 	o.board.Register(s)
+	o.agent.Register(s)
 	return s
 }
 
@@ -59,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+		// Two-word commands: "agent reset-state".
+		if cmd == "agent" && len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+			cmd, args = cmd+" "+args[0], args[1:]
+		}
 	}
 	var o options
 	s := flags(&o)
@@ -87,6 +95,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "migrate":
 		return exit(stderr, migrate(ctx, o, log))
+	case "agent reset-state":
+		if o.agent.StateDir == "" {
+			fmt.Fprintln(stderr, "fleetwright: agent reset-state needs --state-dir (see fleetwright --help)")
+			return 2
+		}
+		if err := agent.ResetState(o.agent.StateDir); err != nil {
+			return exit(stderr, err)
+		}
+		fmt.Fprintln(stdout, "agent state cleared:", o.agent.StateDir)
+		return 0
 	case "help":
 		usage(stdout, s)
 		return 0
@@ -98,6 +116,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "panel":
 		o.panel.Listen, o.panel.DataDir, o.panel.Version = o.listen, o.dataDir, version
 		return exit(stderr, panel.Run(ctx, o.panel, log))
+	case "agent":
+		o.agent.Build = version
+		err := agent.Run(ctx, o.agent, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "fleetwright: %s\n", logging.Scrub(err.Error()))
+		}
+		return agent.ExitCode(err)
 	case "board":
 		o.board.Listen, o.board.DataDir = o.listen, o.dataDir
 		if !s.Given("listen") {
@@ -176,12 +201,13 @@ Usage:
 
 Roles:
   panel    the control plane: console, agent gateway, claim engine, durable jobs, metrics
+  agent    runs beside one platform account: holds its session, runs its workers, obeys the panel
   board    the sandbox load board: a realistic platform to rehearse, demo and load-test against
 
 Commands:
 `, version)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.help)
+		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.help)
 	}
 	fmt.Fprintf(w, "\nFlags (a flag wins over its variable, the variable over the default):\n")
 	s.PrintDefaults(w)

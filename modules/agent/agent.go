@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/config"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
@@ -217,4 +218,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	a := newAgent(cfg, logger, st, token, wsURL)
 	return a.run(ctx)
+}
+
+// Register declares the agent role's flags.
+func (c *Config) Register(s *config.Set) {
+	role := config.Roles("agent")
+	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws", role)
+	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
+	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600)", config.Roles("agent", "agent reset-state"))
 }

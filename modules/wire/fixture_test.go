@@ -55,6 +55,17 @@ func sampleCredentials() Credentials {
 // samples holds one fully populated value of every message type as a
 // version-v peer sends it: every field appears in the fixtures.
 func samples(v int) map[Type]Message {
+	all := allSamples(v)
+	out := map[Type]Message{}
+	for _, typ := range Types(v) {
+		if m, ok := all[typ]; ok {
+			out[typ] = m
+		}
+	}
+	return out
+}
+
+func allSamples(v int) map[Type]Message {
 	t1 := fixtureTime.Add(-250 * time.Millisecond)
 	return map[Type]Message{
 		TypeHello: Hello{Version: v, MinVersion: 1, Build: "v0.4.0", Host: "agent-17.fleet.internal",
@@ -82,7 +93,28 @@ func samples(v int) map[Type]Message {
 			Message: "actor-1 failed 6 times within 300s", At: t1, Fields: map[string]string{"restarts": "5"}},
 		TypeCommandResult: CommandResult{CommandID: "cmd_04", OK: false, Error: "no worker named actor-9"},
 		TypeError:         Error{Code: CodeUnknownType, Message: `wire: unknown message type: "lease_grant"`},
+		TypeDetected:      Detected{Worker: "watcher-1", Sightings: []Sighting{{Job: sampleJob(), SeenAt: t1}}},
+		TypeOffer:         Offer{OfferID: "off_01", Job: sampleJob(), SeenAt: t1, QueuedAt: t1.Add(3 * time.Millisecond), Cell: "cell-a"},
+		TypeLeaseRequest:  LeaseRequest{RequestID: "req_01", Worker: "actor-1", Key: "LD-48213", OfferID: "off_01"},
+		TypeLeaseResult: LeaseResult{RequestID: "req_01", Key: "LD-48213", Granted: true, Token: 90817,
+			OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a", RemainingMillis: 4987, HardTimeoutMillis: 10000},
+		TypeActRequest: ActRequest{RequestID: "req_02", Worker: "actor-1", Key: "LD-48213", Token: 90817},
+		TypeActResult: ActResult{RequestID: "req_02", Key: "LD-48213", OK: false, OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a",
+			Reason: ReasonExpired},
+		TypeOutcome: Outcome{RequestID: "req_03", Worker: "actor-1", Key: "LD-48213", Token: 90817,
+			OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a", Result: ResultConfirmed,
+			SentAt: ptr(t1.Add(20 * time.Millisecond)), ConfirmedAt: ptr(t1.Add(212 * time.Millisecond)),
+			Detail: "booking #7731", FromJournal: false},
+		TypeOutcomeAck:   OutcomeAck{RequestID: "req_03", OK: true},
+		TypeLookup:       Lookup{RequestID: "req_04", Keys: []string{"LD-48213"}, Since: t1.Add(-time.Hour)},
+		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}},
 	}
+}
+
+func sampleJob() Job {
+	return Job{Key: "LD-48213", PublishedAt: fixtureTime.Add(-time.Second), ExpiresAt: fixtureTime.Add(10 * time.Minute),
+		Origin: "Chicago, IL", Destination: "Atlanta, GA", Equipment: "dry_van", WeightLbs: 42000, Miles: 716,
+		RateCents: 245000, PickupStart: fixtureTime.Add(24 * time.Hour), PickupEnd: fixtureTime.Add(30 * time.Hour)}
 }
 
 // sampleFrame is the frame of a fixture: fixed id and time.

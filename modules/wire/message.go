@@ -413,7 +413,7 @@ func validate(m Message) error {
 			return errors.New("error needs a code")
 		}
 	}
-	return nil
+	return validateClaim(m)
 }
 
 var _ json.Unmarshaler = (*Secret)(nil)

@@ -27,11 +27,15 @@ const (
 	// V2 adds to the state report the agent's memory (RSS, bytes) and each
 	// worker's oldest pending task age; nothing else changed.
 	V2 = 2
+	// V3 adds the claim engine's messages: detected, offer, lease_request,
+	// lease_result, act_request, act_result, outcome, outcome_ack, lookup and
+	// lookup_result.
+	V3 = 3
 
 	// MinSupported is the oldest version this binary still speaks.
 	MinSupported = V1
 	// Current is the newest version this binary speaks.
-	Current = V2
+	Current = V3
 	// LatestReleased is the newest version whose fixtures are frozen. A
 	// version under development (LatestReleased < v <= Current) may still
 	// change; its fixtures are regenerated with -update.
@@ -99,9 +103,23 @@ const (
 	TypeCommandResult     Type = "command_result"     // agent → panel
 	TypeError             Type = "error"              // either way, then close
 
-	// Reserved for the claim engine, to be defined in a later version:
-	// "detected", "lease_request", "lease_grant", "acting", "outcome".
+	// Version 3: the claim engine.
+	TypeDetected     Type = "detected"      // agent → panel: a watcher saw jobs
+	TypeOffer        Type = "offer"         // panel → agent: a queued job its actors may race for
+	TypeLeaseRequest Type = "lease_request" // agent → panel
+	TypeLeaseResult  Type = "lease_result"  // panel → agent
+	TypeActRequest   Type = "act_request"   // agent → panel: the fenced LEASED → ACTING
+	TypeActResult    Type = "act_result"    // panel → agent
+	TypeOutcome      Type = "outcome"       // agent → panel
+	TypeOutcomeAck   Type = "outcome_ack"   // panel → agent
+	TypeLookup       Type = "lookup"        // panel → agent: the reconciler's look-up of bookings
+	TypeLookupResult Type = "lookup_result" // agent → panel
 )
+
+// typesV3 adds the claim engine's messages to version 2's.
+var typesV3 = append(append([]Type(nil), typesV1...),
+	TypeDetected, TypeOffer, TypeLeaseRequest, TypeLeaseResult, TypeActRequest,
+	TypeActResult, TypeOutcome, TypeOutcomeAck, TypeLookup, TypeLookupResult)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
@@ -115,6 +133,7 @@ var typesV1 = []Type{
 var versionTypes = map[int][]Type{
 	V1: typesV1,
 	V2: typesV1, // v2 changed fields only
+	V3: typesV3,
 }
 
 // Types returns the message types of version v (nil if unsupported).
@@ -156,6 +175,26 @@ func newMessage(t Type) Message {
 		return &CommandResult{}
 	case TypeError:
 		return &Error{}
+	case TypeDetected:
+		return &Detected{}
+	case TypeOffer:
+		return &Offer{}
+	case TypeLeaseRequest:
+		return &LeaseRequest{}
+	case TypeLeaseResult:
+		return &LeaseResult{}
+	case TypeActRequest:
+		return &ActRequest{}
+	case TypeActResult:
+		return &ActResult{}
+	case TypeOutcome:
+		return &Outcome{}
+	case TypeOutcomeAck:
+		return &OutcomeAck{}
+	case TypeLookup:
+		return &Lookup{}
+	case TypeLookupResult:
+		return &LookupResult{}
 	}
 	return nil
 }

@@ -21,11 +21,12 @@ func TestNegotiate(t *testing.T) {
 		want              int
 		incompatible, bad bool
 	}{
-		{name: "same window", agentV: 2, agentMin: 1, want: 2},
+		{name: "same window", agentV: 3, agentMin: 1, want: 3},
+		{name: "v2 agent", agentV: 2, agentMin: 1, want: 2},
 		{name: "old agent speaking v1 only", agentV: 1, agentMin: 1, want: 1},
-		{name: "newer agent that still accepts v2", agentV: 3, agentMin: 2, want: 2},
-		{name: "newer agent that accepts v1", agentV: 5, agentMin: 1, want: 2},
-		{name: "agent too new", agentV: 4, agentMin: 3, incompatible: true},
+		{name: "newer agent that still accepts v3", agentV: 4, agentMin: 3, want: 3},
+		{name: "newer agent that accepts v1", agentV: 5, agentMin: 1, want: 3},
+		{name: "agent too new", agentV: 5, agentMin: 4, incompatible: true},
 		{name: "min above version", agentV: 1, agentMin: 2, bad: true},
 		{name: "zero", agentV: 0, agentMin: 0, bad: true},
 	}
