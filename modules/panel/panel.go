@@ -115,8 +115,8 @@ type Panel struct {
 	srv            *server.Server
 	bg             sync.WaitGroup
 	bgStop         context.CancelFunc
-	hbStop    context.CancelFunc
-	hbDone    chan struct{}
+	hbStop         context.CancelFunc
+	hbDone         chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
