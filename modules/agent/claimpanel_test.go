@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ type claimPanel struct {
 	welcome  wire.Welcome
 	leaseFor time.Duration
 	hardMS   int64
-	noAck    bool // do not acknowledge outcomes (the agent must keep them)
+	noAck    atomic.Bool // do not acknowledge outcomes (the agent must keep them)
 
 	detected chan wire.Sighting
 	outcomes chan wire.Outcome
@@ -193,7 +194,7 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		}
 		err := p.claims.Report(ctx, p.tenant, m.Key, m.Token, p.holder(m.Worker), o)
 		p.outcomes <- m
-		if p.noAck {
+		if p.noAck.Load() {
 			return
 		}
 		ack := wire.OutcomeAck{RequestID: m.RequestID, OK: err == nil}

@@ -50,7 +50,7 @@ func TestSessionStormRelogin(t *testing.T) {
 	stormAt := time.Now()
 	require.Equal(t, 1, s.SessionStorm(1))
 	e := p.event(t, "session_refreshed", 60*time.Second)
-	if first.Unix()/30 == stormAt.Unix()/30 {
+	if first.Unix()/30 == stormAt.Unix()/30 && stormAt.Unix()%30 < 28 {
 		require.Equal(t, "true", e.Fields["waited_for_next_code"], "the code's step was used: it waited for the next")
 	}
 	require.Eventually(t, func() bool { return logins(s) == 2 }, 10*time.Second, 50*time.Millisecond)
