@@ -77,4 +77,3 @@ func TestHTTPActorBooks(t *testing.T) {
 	stop()
 	noSecrets(t, logs, creds, stateDir)
 }
-

@@ -36,7 +36,7 @@ func DefaultKinds() map[string]WorkerFunc {
 
 // Settings keys and defaults (docs/WORKERS.md).
 const (
-	SettingPlatform    = "platform"       // adapter name, default "sandbox"
+	SettingPlatform    = "platform"        // adapter name, default "sandbox"
 	SettingMarginMS    = "lease_margin_ms" // safety margin subtracted from the lease, default 500
 	SettingKeepWarmMS  = "keep_warm_ms"    // session check interval, default 20000 (HTTP), 1000 (browser)
 	SettingLoginTries  = "login_retries"   // consecutive failed sign-ins before the worker fails, default 3
