@@ -66,6 +66,24 @@ func TestHTTPActorBooks(t *testing.T) {
 		t.Fatal("no lookup result")
 	}
 
+	// A paused agent starts no new action; resumed, it acts again.
+	require.NoError(t, p.send(wire.Pause{CommandID: "c-pause", Reason: "test"}))
+	time.Sleep(300 * time.Millisecond)
+	more, err := s.Publish(ctx, 1, nil)
+	require.NoError(t, err)
+	p.offer(t, more[0])
+	select {
+	case o := <-p.outcomes:
+		t.Fatalf("a paused agent acted: %+v", o)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	_, err = p.claims.Get(ctx, p.tenant, more[0].ID)
+	require.Error(t, err, "not even leased")
+	require.NoError(t, p.send(wire.Resume{CommandID: "c-resume"}))
+	time.Sleep(300 * time.Millisecond)
+	p.offer(t, more[0])
+	require.Equal(t, wire.ResultConfirmed, p.outcome(t, 20*time.Second).Result)
+
 	// Acknowledged outcomes leave the outbox; cookies sit in the 0600 store.
 	require.Eventually(t, func() bool {
 		raw, _ := os.ReadFile(filepath.Join(stateDir, "agent.db"))

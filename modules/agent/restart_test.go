@@ -39,6 +39,15 @@ func TestRestartReportsJournaledActionUnknown(t *testing.T) {
 
 	stop, _ := runAgent(t, p, stateDir)
 	o := p.outcome(t, 15*time.Second)
+	// No worker is signed in: a look-up answers, but never as complete.
+	require.NoError(t, p.send(wire.Lookup{RequestID: "lk-1"}))
+	select {
+	case lr := <-p.lookups:
+		require.False(t, lr.Complete)
+		require.NotEmpty(t, lr.Error)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lookup result")
+	}
 	require.Equal(t, wire.ResultUnknown, o.Result)
 	require.True(t, o.FromJournal)
 	require.Equal(t, key, o.Key)
