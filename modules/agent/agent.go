@@ -20,6 +20,8 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/platform"
+	"github.com/fleetwright/fleetwright/modules/platform/sandbox"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -68,6 +70,19 @@ type WorkerEnv struct {
 	Paused func() bool
 	// Store journals actions (Store.Do) and holds credentials and cookies.
 	Store *store.Store
+	// Claims is the claim engine's client over the live connection.
+	Claims *Claims
+	// Sessions coordinates sign-ins and offers sessions for look-ups.
+	Sessions *Sessions
+	// Adapters builds the platform adapter named by the worker's settings.
+	Adapters map[string]platform.Factory
+	// Browsers are the agent's browser slots: take one before launching
+	// Chromium, give it back after closing it.
+	Browsers chan struct{}
+	// Event reports an event to the panel (kept across reconnects).
+	Event func(wire.Event)
+	Clock clock.Clock
+	Log   *slog.Logger
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -102,6 +117,12 @@ type Config struct {
 	Jitter func() float64
 	// RestartDelay is passed to the supervisor (0: its default).
 	RestartDelay time.Duration
+	// Adapters are the platforms workers can name in their "platform"
+	// setting (default: the sandbox board).
+	Adapters map[string]platform.Factory
+	// BrowserSlots bounds the Chromium processes the agent runs at once
+	// (--browser-slots, FLEET_AGENT_BROWSER_SLOTS, default 2).
+	BrowserSlots int
 }
 
 func (c *Config) defaults() {
@@ -122,6 +143,15 @@ func (c *Config) defaults() {
 	}
 	if c.Build == "" {
 		c.Build = "dev"
+	}
+	if c.Kinds == nil {
+		c.Kinds = DefaultKinds()
+	}
+	if c.Adapters == nil {
+		c.Adapters = map[string]platform.Factory{sandbox.Name: sandbox.New}
+	}
+	if c.BrowserSlots <= 0 {
+		c.BrowserSlots = 2
 	}
 }
 
@@ -225,5 +255,27 @@ func (c *Config) Register(s *config.Set) {
 	role := config.Roles("agent")
 	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws", role)
 	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
+	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
 	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600)", config.Roles("agent", "agent reset-state"))
+}
+
+func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
+	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
+		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
+		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind)}
+}
+
+func (a *agent) setCurrent(s *session) {
+	a.mu.Lock()
+	a.cur = s
+	a.mu.Unlock()
+	if s == nil {
+		a.claims.disconnected()
+	}
+}
+
+func (a *agent) current() *session {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cur
 }

@@ -23,12 +23,31 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain stops the test services (Postgres) and then checks that no
+// goroutine outlived the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Shutdown()
+	if code == 0 {
+		// The embedded Postgres launcher keeps one thread-locked spawner
+		// goroutine (Pdeathsig needs it) for the life of the binary; on main
+		// it moved to app/unit.
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("github.com/fleetwright/fleetwright/app/embedded.start.func1.1"),
+			goleak.IgnoreTopFunction("github.com/fleetwright/fleetwright/app/unit.StartProcess.func1.1"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // Known secret values; tests look for them on disk and in logs.
 const (

@@ -32,6 +32,11 @@ type agent struct {
 
 	changed chan struct{} // state changed: report soon (capacity 1)
 
+	claims   *Claims
+	sessions *Sessions
+	browsers chan struct{} // browser slots: concurrency per agent
+	cur      *session      // the live welcomed connection, or nil
+
 	mu          sync.Mutex
 	paused      bool
 	account     wire.Account
@@ -55,6 +60,9 @@ func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, 
 		unsupported: map[string]wire.WorkerSpec{},
 		results:     map[string]wire.CommandResult{},
 	}
+	a.claims = newClaims(a)
+	a.sessions = newSessions(a)
+	a.browsers = make(chan struct{}, cfg.BrowserSlots)
 	a.sup = supervisor.New(cfg.Clock, log, supervisor.Options{
 		RestartDelay: cfg.RestartDelay,
 		OnChange:     a.notify,
@@ -293,7 +301,7 @@ func (a *agent) configure(workersCtx context.Context, c wire.Config) {
 		if o, ok := old[name]; ok && sameSpec(o, spec) {
 			continue
 		}
-		env := WorkerEnv{Spec: spec, Account: c.Account, Paused: a.isPaused, Store: a.store}
+		env := a.workerEnv(spec, c.Account)
 		_ = a.sup.Start(workersCtx, supervisor.Worker{Name: name, Kind: spec.Kind,
 			Run: func(ctx context.Context, h *supervisor.Handle) error { return fn(ctx, h, env) }})
 	}

@@ -19,6 +19,7 @@ type session struct {
 
 	end          outcome
 	retireReason string
+	rctx         context.Context // ends with the connection
 }
 
 type received struct {
@@ -70,6 +71,7 @@ func (s *session) protocolError(ctx context.Context, e wire.Error) {
 func (s *session) serve(ctx, workersCtx context.Context) error {
 	s.end = outNetwork
 	rctx, cancel := context.WithCancel(ctx)
+	s.rctx = rctx
 	in := make(chan received, 16)
 	readerDone := make(chan struct{})
 	defer func() {
@@ -95,6 +97,15 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 
 	if err := s.report(ctx); err != nil {
 		return err
+	}
+	s.a.setCurrent(s)
+	defer s.a.setCurrent(nil)
+	if s.version >= wire.V3 {
+		go func() {
+			if err := s.a.claims.recover(rctx); err != nil && rctx.Err() == nil {
+				s.a.log.Error("agent: reporting journaled actions", "err", err)
+			}
+		}()
 	}
 	tick := s.a.cfg.Clock.After(s.a.cfg.StateEvery)
 	for {
@@ -153,6 +164,27 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.Error:
 		s.a.log.Error("agent: the panel reported a protocol error", "code", m.Code, "message", m.Message)
 		return true, errClosedByPanel
+	case wire.Offer:
+		s.a.claims.offer(m)
+		return false, nil
+	case wire.LeaseResult:
+		s.a.claims.deliver(m.RequestID, m)
+		return false, nil
+	case wire.ActResult:
+		s.a.claims.deliver(m.RequestID, m)
+		return false, nil
+	case wire.OutcomeAck:
+		s.a.claims.ack(ctx, m)
+		return false, nil
+	case wire.Lookup:
+		// Answered off the read loop: a look-up may take seconds.
+		go func() {
+			res := s.a.lookup(s.rctx, m)
+			if err := s.send(s.rctx, res); err != nil {
+				s.a.log.Warn("agent: could not answer a look-up", "err", err)
+			}
+		}()
+		return false, nil
 	}
 	id, isCommand := wire.CommandID(r.frame.Message)
 	if !isCommand {

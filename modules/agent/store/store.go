@@ -74,6 +74,16 @@ CREATE TABLE IF NOT EXISTS journal (
 	finished_at  TEXT,
 	outcome      TEXT
 );
+CREATE TABLE IF NOT EXISTS actions (
+	operation_id TEXT PRIMARY KEY,
+	worker       TEXT NOT NULL,
+	token        INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+	request_id TEXT PRIMARY KEY,
+	body       TEXT NOT NULL,
+	created_at TEXT NOT NULL
+);
 `
 
 // Open opens (creating if needed) the state database in dir.

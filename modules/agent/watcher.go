@@ -1,0 +1,244 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/go-rod/rod/lib/proto"
+
+	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/platform"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// runWatcher is the browser watcher: the platform listener.
+//
+// It is deliberately NOT supervised (ARCHITECTURE.md §4): it recovers on its
+// own — a signed-out page signs in again, a dead browser is relaunched with
+// a capped backoff, a panic is caught here — and it never returns an error,
+// so the supervisor that hosts it (only so the state report lists it) never
+// restarts it. A second supervisor racing its own recovery is what the
+// design forbids. It returns only when the agent stops it, and parks on a
+// captcha until a person restarts it.
+func runWatcher(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		started := env.Clock.Now()
+		err := watchOnceSafe(ctx, env)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, errCaptcha) {
+			<-ctx.Done()
+			return nil
+		}
+		if env.Clock.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		env.Log.Warn("agent: watcher lost its page; recovering", "err", err, "retry_in", backoff)
+		select {
+		case <-env.Clock.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	return nil
+}
+
+func watchOnceSafe(ctx context.Context, env WorkerEnv) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("agent: watcher panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return watchOnce(ctx, env)
+}
+
+// watchOnce runs one browser until it fails: a warm signed-in page on the
+// jobs view whose own JSON responses are read through CDP network events
+// (Network.responseReceived, then Network.getResponseBody once loading
+// finished) — never the DOM, so a layout change does not blind it.
+func watchOnce(ctx context.Context, env WorkerEnv) error {
+	ps, err := openPage(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer ps.close()
+	bside := ps.ad.Browser()
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	page := ps.page.Context(wctx)
+	if err := (proto.NetworkEnable{}).Call(page); err != nil {
+		return fmt.Errorf("agent: enable network events: %w", err)
+	}
+
+	type pending struct{ seenAt time.Time }
+	var mu sync.Mutex
+	responses := map[proto.NetworkRequestID]pending{}
+	bodies := make(chan struct {
+		id     proto.NetworkRequestID
+		seenAt time.Time
+	}, 64)
+	signedOut := make(chan struct{}, 1)
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		page.EachEvent(func(e *proto.NetworkResponseReceived) {
+			if e.Response == nil || !bside.IsJobsResponse(parseURL(e.Response.URL)) {
+				return
+			}
+			if bside.IsSignedOutResponse(e.Response.Status) {
+				select {
+				case signedOut <- struct{}{}:
+				default:
+				}
+				return
+			}
+			if e.Response.Status != 200 {
+				return
+			}
+			mu.Lock()
+			responses[e.RequestID] = pending{seenAt: env.Clock.Now()}
+			mu.Unlock()
+		}, func(e *proto.NetworkLoadingFinished) {
+			mu.Lock()
+			p, ok := responses[e.RequestID]
+			delete(responses, e.RequestID)
+			mu.Unlock()
+			if !ok {
+				return
+			}
+			select {
+			case bodies <- struct {
+				id     proto.NetworkRequestID
+				seenAt time.Time
+			}{e.RequestID, p.seenAt}:
+			default:
+				env.Log.Warn("agent: watcher falling behind; a response was skipped (the next poll repeats nothing, a reload repeats all)")
+			}
+		}, func(e *proto.NetworkLoadingFailed) {
+			mu.Lock()
+			delete(responses, e.RequestID)
+			mu.Unlock()
+		})()
+	}()
+
+	// Bodies are fetched off the event loop.
+	seen := map[string]time.Time{} // key → expires
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			var b struct {
+				id     proto.NetworkRequestID
+				seenAt time.Time
+			}
+			select {
+			case b = <-bodies:
+			case <-wctx.Done():
+				return
+			}
+			res, err := proto.NetworkGetResponseBody{RequestID: b.id}.Call(page)
+			if err != nil {
+				continue
+			}
+			body := []byte(res.Body)
+			if res.Base64Encoded {
+				if body, err = base64.StdEncoding.DecodeString(res.Body); err != nil {
+					continue
+				}
+			}
+			jobs, err := bside.ParseJobs(body)
+			if err != nil {
+				env.Log.Warn("agent: watcher could not read a jobs response", "err", err)
+				continue
+			}
+			now := env.Clock.Now()
+			for k, exp := range seen {
+				if !exp.IsZero() && now.After(exp) {
+					delete(seen, k)
+				}
+			}
+			var sightings []wire.Sighting
+			for _, j := range jobs {
+				if _, dup := seen[j.Key]; dup {
+					continue
+				}
+				seen[j.Key] = j.ExpiresAt
+				sightings = append(sightings, wire.Sighting{Job: j, SeenAt: b.seenAt})
+			}
+			if err := env.Claims.Detected(wctx, env.Spec.Name, sightings); err != nil {
+				// Lost sightings are seen again after the next reload, or
+				// by the tenant's other watcher.
+				for _, s := range sightings {
+					delete(seen, s.Job.Key)
+				}
+				env.Log.Debug("agent: detected not sent", "err", err, "jobs", len(sightings))
+			}
+		}
+	}()
+
+	if err := ps.signIn(ctx, "watcher start"); err != nil {
+		return err
+	}
+	if path := parseURL(pageURL(ps)).Path; path != parseURL(bside.JobsURL()).Path {
+		if err := ps.open(ctx); err != nil {
+			return err
+		}
+	}
+	unregister := env.Sessions.Register(env.Spec.Name, func(ctx context.Context) (platform.Bookings, error) {
+		return bside.Bookings(ctx, ps.page)
+	})
+	defer unregister()
+
+	every := settingMS(env.Spec, SettingKeepWarmMS, time.Second)
+	tick := env.Clock.After(every)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-signedOut:
+		case <-tick:
+			tick = env.Clock.After(every)
+		}
+		st, err := ps.state(ctx)
+		if err != nil {
+			return err
+		}
+		switch st {
+		case platform.PageCaptcha:
+			shot := ps.screenshot()
+			env.reportCaptcha("the watcher's page shows a captcha", shot)
+			return errCaptcha
+		case platform.PageSignedOut:
+			if err := ps.signIn(ctx, "the session expired"); err != nil {
+				return err
+			}
+		default:
+			if parseURL(pageURL(ps)).Path != parseURL(bside.JobsURL()).Path {
+				if err := ps.open(ctx); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func pageURL(ps *pageSession) string {
+	info, err := ps.page.Info()
+	if err != nil {
+		return ""
+	}
+	return info.URL
+}

@@ -1,0 +1,256 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetwright/fleetwright/modules/agent/store"
+	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/platform"
+	"github.com/fleetwright/fleetwright/modules/traits"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Worker kinds (WorkerSpec.Kind).
+const (
+	KindWatcher    = "watcher"
+	KindActor      = "actor"
+	KindHTTPActor  = "http_actor"
+	defaultAdapter = "sandbox"
+)
+
+// DefaultKinds are the built-in worker kinds: the browser watcher (the
+// platform listener), the browser actor and the HTTP actor.
+func DefaultKinds() map[string]WorkerFunc {
+	return map[string]WorkerFunc{
+		KindWatcher:   runWatcher,
+		KindActor:     runBrowserActor,
+		KindHTTPActor: runHTTPActor,
+	}
+}
+
+// Settings keys and defaults (docs/WORKERS.md).
+const (
+	SettingPlatform    = "platform"        // adapter name, default "sandbox"
+	SettingMarginMS    = "lease_margin_ms" // safety margin subtracted from the lease, default 500
+	SettingKeepWarmMS  = "keep_warm_ms"    // session check interval, default 20000 (HTTP), 1000 (browser)
+	SettingLoginTries  = "login_retries"   // consecutive failed sign-ins before the worker fails, default 3
+	SettingHardTimeout = "hard_timeout_ms" // action timeout when the lease carries none, default 15000
+)
+
+func settingMS(spec wire.WorkerSpec, key string, def time.Duration) time.Duration {
+	v, ok := spec.Settings[key]
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return def
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+func settingInt(spec wire.WorkerSpec, key string, def int) int {
+	n, err := strconv.Atoi(strings.TrimSpace(spec.Settings[key]))
+	if err != nil || n <= 0 {
+		return def
+	}
+	return n
+}
+
+// adapter builds the worker's platform adapter.
+func (env WorkerEnv) adapter() (platform.Adapter, error) {
+	name := env.Spec.Settings[SettingPlatform]
+	if name == "" {
+		name = defaultAdapter
+	}
+	f, ok := env.Adapters[name]
+	if !ok {
+		return nil, fmt.Errorf("agent: worker %s: unknown platform %q", env.Spec.Name, name)
+	}
+	if env.Account.BoardURL == "" {
+		return nil, fmt.Errorf("agent: worker %s: the account has no board URL", env.Spec.Name)
+	}
+	return f(env.Account.BoardURL)
+}
+
+// traits are the account's traits; an account without a region gets UTC.
+func (env WorkerEnv) traits() (traits.Traits, error) {
+	region := env.Account.Region
+	if region == "" {
+		region = "Etc/UTC"
+	}
+	t, err := traits.For(env.Account.Key, region)
+	if err != nil {
+		return traits.Traits{}, fmt.Errorf("agent: worker %s: %w", env.Spec.Name, err)
+	}
+	return t, nil
+}
+
+func (env WorkerEnv) codes(creds platform.Credentials) *platform.TOTP {
+	return &platform.TOTP{Secret: creds.TOTPSecret, Clock: env.Clock}
+}
+
+func (env WorkerEnv) event(level, kind, msg string, fields map[string]string) {
+	env.Event(wire.Event{Level: level, Kind: kind, Worker: env.Spec.Name, Message: msg, At: env.Clock.Now(), Fields: fields})
+}
+
+// signedIn reports a fresh sign-in (an OTP refresh) to the panel.
+func (env WorkerEnv) signedIn(codes *platform.TOTP, why string) {
+	env.event(wire.LevelInfo, "session_refreshed",
+		"signed in to the platform with a fresh one-time code ("+why+")",
+		map[string]string{"waited_for_next_code": strconv.FormatBool(codes != nil && codes.Waits > 0)})
+}
+
+// needsPerson reports a captcha and parks the worker until a person
+// restarts it (restart_worker) or the agent stops. Nothing tries to solve it.
+func (env WorkerEnv) needsPerson(ctx context.Context, detail string, screenshot string) error {
+	env.reportCaptcha(detail, screenshot)
+	<-ctx.Done()
+	return nil
+}
+
+// reportCaptcha sends the "needs a person" event (with a small screenshot
+// when there is a page).
+func (env WorkerEnv) reportCaptcha(detail string, screenshot string) {
+	f := map[string]string{"reason": "captcha", "detail": detail}
+	if screenshot != "" {
+		f["screenshot_jpeg_base64"] = screenshot
+	}
+	env.event(wire.LevelError, "needs_person",
+		"the platform shows a captcha: a person must complete it, then restart this worker; it waits and books nothing", f)
+	env.Log.Warn("agent: captcha on the platform; the worker waits for a person")
+}
+
+func toStoreCookies(cs []*http.Cookie) []store.Cookie {
+	out := make([]store.Cookie, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, store.Cookie{Domain: c.Domain, Name: c.Name, Path: c.Path, Value: wire.NewSecret(c.Value),
+			Expires: c.Expires, Secure: c.Secure, HTTPOnly: c.HttpOnly})
+	}
+	return out
+}
+
+func toHTTPCookies(cs []store.Cookie) []*http.Cookie {
+	out := make([]*http.Cookie, 0, len(cs))
+	for _, c := range cs {
+		p := c.Path
+		if p == "" {
+			p = "/"
+		}
+		out = append(out, &http.Cookie{Name: c.Name, Value: c.Value.Reveal(), Path: p, Expires: c.Expires,
+			Secure: c.Secure, HttpOnly: c.HTTPOnly})
+	}
+	return out
+}
+
+// ---- the actor protocol, shared by both actor kinds ----
+
+// errCaptcha stops an actor until a person helps.
+var errCaptcha = errors.New("agent: captcha")
+
+// booker books one job with the worker's warm session, calling gate at the
+// last moment before the request leaves.
+type booker func(ctx context.Context, key, operationID string, gate platform.Gate) platform.BookResult
+
+// errDeadline is the gate's refusal.
+var errDeadline = errors.New("agent: local lease deadline passed")
+
+// actOn runs the actor protocol for one offer (issue 7 §3):
+//  1. lease request, noting the local monotonic send time;
+//  2. local deadline = send time + RemainingMillis − margin;
+//  3. act request (the fenced LEASED → ACTING) — only while the deadline holds;
+//  4. journal the operation id (failure: do not act, report NOT_SENT);
+//  5. book, with the deadline checked once more by the gate at send;
+//  6. journal and report the outcome (UNKNOWN for anything uncertain).
+//
+// It returns the booking result when an action happened.
+func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offer, book booker) (platform.BookResult, bool) {
+	worker := env.Spec.Name
+	log := env.Log.With("key", o.Job.Key)
+	if env.Paused() {
+		return platform.BookResult{}, false
+	}
+	if !o.Job.ExpiresAt.IsZero() && !env.Clock.Now().Before(o.Job.ExpiresAt) {
+		return platform.BookResult{}, false
+	}
+	margin := settingMS(env.Spec, SettingMarginMS, 500*time.Millisecond)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lease, err := env.Claims.Lease(rctx, worker, o.Job.Key, o.OfferID)
+	cancel()
+	if err != nil {
+		log.Debug("agent: lease request failed; skipping the offer", "err", err)
+		return platform.BookResult{}, false
+	}
+	if !lease.Granted {
+		return platform.BookResult{}, false
+	}
+	deadline := lease.Deadline(margin)
+	gate := func() error {
+		if !env.Clock.Now().Before(deadline) {
+			return errDeadline
+		}
+		return nil
+	}
+	if gate() != nil || env.Paused() {
+		log.Info("agent: lease granted too late to act; letting it expire")
+		return platform.BookResult{}, false
+	}
+	rctx, cancel = context.WithTimeout(ctx, time.Until(deadline)+time.Second)
+	ar, err := env.Claims.Act(rctx, worker, o.Job.Key, lease.Token)
+	cancel()
+	if err != nil {
+		// The panel may have moved the claim to ACTING; without the answer
+		// we do not act, and its sweeper settles the claim after the hard
+		// timeout (UNKNOWN, reconciled: nothing was sent, so it releases).
+		log.Warn("agent: no answer to the act request; not acting", "err", err)
+		return platform.BookResult{}, false
+	}
+	if !ar.OK {
+		log.Info("agent: the panel refused to start the action", "reason", ar.Reason)
+		return platform.BookResult{}, false
+	}
+	opID := ar.OperationID
+	if opID == "" {
+		opID = lease.OperationID
+	}
+	out := wire.Outcome{Worker: worker, Key: o.Job.Key, Token: lease.Token, OperationID: opID}
+	if err := env.Claims.begin(ctx, opID, o.Job.Key, worker, lease.Token); err != nil {
+		log.Error("agent: the journal cannot be written; not acting", "err", err)
+		out.Result, out.Detail = wire.ResultNotSent, "the agent's journal cannot be written (disk full?); not acting"
+		if err := env.Claims.reportUnjournaled(ctx, out); err != nil {
+			log.Warn("agent: could not report NOT_SENT", "err", err)
+		}
+		return platform.BookResult{}, false
+	}
+	hard := time.Duration(lease.HardTimeoutMillis) * time.Millisecond
+	if hard <= 0 {
+		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
+	}
+	actx, cancel := context.WithTimeout(ctx, hard)
+	res := book(actx, o.Job.Key, opID, gate)
+	cancel()
+	if res.Result == "" {
+		res.Result = wire.ResultUnknown
+	}
+	out.Result, out.Detail = res.Result, res.Detail
+	if !res.SentAt.IsZero() {
+		t := res.SentAt
+		out.SentAt = &t
+	}
+	if !res.ConfirmedAt.IsZero() {
+		t := res.ConfirmedAt
+		out.ConfirmedAt = &t
+	}
+	if err := env.Claims.Outcome(ctx, out); err != nil {
+		log.Warn("agent: outcome queued; the panel will get it on reconnect", "err", err)
+	}
+	h.Completed(wire.Operation{ID: opID, JobKey: o.Job.Key, Outcome: res.Result, FinishedAt: env.Clock.Now()})
+	log.Info("agent: acted", "result", res.Result, "detail", res.Detail)
+	return res, true
+}

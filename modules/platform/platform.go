@@ -1,0 +1,203 @@
+// Package platform is the seam between a worker and a job platform (a load
+// board): what a watcher, an actor and the reconciler need from a platform,
+// independent of which platform it is. A platform is one Adapter; the
+// sandbox board's is in platform/sandbox. docs/ADAPTERS.md says what a new
+// adapter must implement and which guarantees each method owes the claim
+// engine.
+package platform
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/go-rod/rod"
+
+	"github.com/fleetwright/fleetwright/modules/traits"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Errors an adapter returns (wrapped) so workers can react without knowing
+// the platform. None of them ever carries a secret.
+var (
+	// ErrSignedOut: the session is missing or expired; log in again.
+	ErrSignedOut = errors.New("platform: signed out")
+	// ErrCaptcha: the platform shows a captcha; a person must complete it.
+	// Nothing in Fleetwright tries to solve one.
+	ErrCaptcha = errors.New("platform: captcha: a person must complete the verification")
+	// ErrCredentials: the username or password was refused.
+	ErrCredentials = errors.New("platform: credentials refused")
+	// ErrCodeRefused: the one-time code was refused as invalid (not reused).
+	ErrCodeRefused = errors.New("platform: one-time code refused")
+	// ErrCodeReused: the code's time step was already used by this account;
+	// the next step's code is needed (RFC 6238 §5.2).
+	ErrCodeReused = errors.New("platform: one-time code already used; waiting for the next step")
+	// ErrNotSent: the local deadline refused the request before any byte of
+	// it left the worker. Only this error proves NOT_SENT.
+	ErrNotSent = errors.New("platform: not sent: the local deadline passed before the request left")
+	// ErrUnavailable: the platform answered with a server error or could not
+	// be reached (for reads; a booking's failure is an UNKNOWN result).
+	ErrUnavailable = errors.New("platform: unavailable")
+)
+
+// Credentials are the account's credentials as the panel sent them.
+type Credentials = wire.Credentials
+
+// BookResult is how one booking attempt ended, in the claim engine's terms.
+type BookResult struct {
+	// Result is wire.ResultConfirmed, ResultTaken, ResultNotSent or
+	// ResultUnknown. Anything after which the platform may have committed
+	// (timeout, 5xx, lost connection, an answer the adapter cannot read) is
+	// UNKNOWN: the reconciler settles it; it is never retried blind.
+	Result string
+	// SentAt is when the request left the worker (zero for NOT_SENT).
+	SentAt time.Time
+	// ConfirmedAt is when the answer confirming the booking arrived.
+	ConfirmedAt time.Time
+	// BookingID is the platform's booking id (CONFIRMED).
+	BookingID string
+	// Captcha is set when the platform answered with a captcha: the worker
+	// must stop and ask for a person.
+	Captcha bool
+	// SignedOut is set when the platform answered that the session expired.
+	SignedOut bool
+	// Detail is a short, secret-free explanation for the console.
+	Detail string
+}
+
+// Bookings is the client's bookings as the platform listed them.
+type Bookings struct {
+	// Complete is true only when the platform proved the list whole (signed
+	// in, every page). An incomplete answer must never release a claim.
+	Complete bool
+	AsOf     time.Time
+	Bookings []wire.Booking
+}
+
+// Filter keeps the bookings of keys (all when empty) booked at or after
+// since (all when zero).
+func (b Bookings) Filter(keys []string, since time.Time) []wire.Booking {
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[k] = true
+	}
+	out := []wire.Booking{}
+	for _, bk := range b.Bookings {
+		if len(want) > 0 && !want[bk.Key] {
+			continue
+		}
+		if !since.IsZero() && bk.BookedAt.Before(since) {
+			continue
+		}
+		out = append(out, bk)
+	}
+	return out
+}
+
+// Gate is called at the last possible moment before a booking request
+// leaves: right before its bytes are written (HTTP), or when the browser's
+// request is intercepted (CDP Fetch.requestPaused). An error refuses the
+// request: nothing is sent and the result is NOT_SENT.
+type Gate func() error
+
+// SessionOptions configure an HTTP session.
+type SessionOptions struct {
+	// Traits give the user agent, Accept-Language and the header order.
+	Traits traits.Traits
+	// Timeout bounds each request (a booking's hard timeout is its
+	// context's deadline).
+	Timeout time.Duration
+}
+
+// Session is one account's signed-in session over plain HTTP.
+type Session interface {
+	// Login signs in with password and a one-time code from codes (which
+	// waits for the next step when the platform says the code was used).
+	Login(ctx context.Context, creds Credentials, codes *TOTP) error
+	// Check keeps the session warm: a cheap signed-in request. It returns
+	// ErrSignedOut when the session ended.
+	Check(ctx context.Context) error
+	// Jobs returns the jobs published since the previous call (a watch over
+	// plain HTTP), with the platform's published_at.
+	Jobs(ctx context.Context) ([]wire.Job, error)
+	// Book books one job. operationID is sent as the idempotency key where
+	// the platform takes one. gate is called right before the request's
+	// bytes leave; if it refuses, the result is NOT_SENT.
+	Book(ctx context.Context, key, operationID string, gate Gate) BookResult
+	// Bookings lists the client's bookings with proof of completeness.
+	Bookings(ctx context.Context) (Bookings, error)
+	// Cookies returns the session's cookies (to keep in the agent's state);
+	// SetCookies adopts stored ones (another worker's fresh login).
+	Cookies() []*http.Cookie
+	SetCookies(cookies []*http.Cookie)
+}
+
+// PageState is what a browser page shows, as far as a worker cares.
+type PageState int
+
+// Page states.
+const (
+	PageOK PageState = iota
+	PageSignedOut
+	PageCaptcha
+)
+
+func (s PageState) String() string {
+	switch s {
+	case PageSignedOut:
+		return "signed_out"
+	case PageCaptcha:
+		return "captcha"
+	}
+	return "ok"
+}
+
+// Browser is the platform seen through a real browser page.
+type Browser interface {
+	// Login signs the page in (form fields, then the one-time code) and
+	// leaves it on the jobs view.
+	Login(ctx context.Context, page *rod.Page, creds Credentials, codes *TOTP) error
+	// JobsURL is the page a watcher and a browser actor keep open.
+	JobsURL() string
+	// IsJobsResponse tells the responses that carry jobs as JSON, read by
+	// the watcher through CDP network events (never the DOM).
+	IsJobsResponse(u *url.URL) bool
+	// ParseJobs decodes such a response body.
+	ParseJobs(body []byte) ([]wire.Job, error)
+	// IsSignedOutResponse tells a jobs response that says the session ended.
+	IsSignedOutResponse(status int) bool
+	// BookRequestPattern is the CDP Fetch URL pattern of the booking request,
+	// and IsBookRequest confirms a paused request is one.
+	BookRequestPattern() string
+	IsBookRequest(method string, u *url.URL) bool
+	// BookRequestKey reads the job key from a booking request's body, so
+	// the actor lets only the booking of its own job leave.
+	BookRequestKey(body []byte) string
+	// IdempotencyHeader is the request header that carries the operation id
+	// ("" if the platform takes none).
+	IdempotencyHeader() string
+	// ClickBook clicks the job's booking control on the page (waiting for
+	// it to appear within ctx).
+	ClickBook(ctx context.Context, page *rod.Page, key string) error
+	// ParseBookResponse maps the booking answer to a result.
+	ParseBookResponse(status int, body []byte) BookResult
+	// State detects a captcha or a signed-out page.
+	State(ctx context.Context, page *rod.Page) (PageState, error)
+	// Bookings lists the client's bookings from inside the signed-in page.
+	Bookings(ctx context.Context, page *rod.Page) (Bookings, error)
+}
+
+// Adapter is one platform.
+type Adapter interface {
+	// Name is the platform's name in worker settings ("sandbox").
+	Name() string
+	// NewSession returns a signed-out HTTP session.
+	NewSession(opts SessionOptions) (Session, error)
+	// Browser returns the browser side.
+	Browser() Browser
+}
+
+// Factory builds an adapter for one account's platform base URL.
+type Factory func(baseURL string) (Adapter, error)

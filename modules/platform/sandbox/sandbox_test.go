@@ -1,0 +1,167 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/board/boardtest"
+	"github.com/fleetwright/fleetwright/modules/platform"
+	"github.com/fleetwright/fleetwright/modules/platform/sandbox"
+	"github.com/fleetwright/fleetwright/modules/traits"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+const password = "acme-password-1"
+
+func setup(t *testing.T, mod ...func(*board.Config)) (*board.Server, platform.Session, wire.Credentials, traits.Traits) {
+	t.Helper()
+	s := boardtest.Start(t, mod...)
+	acct, err := s.CreateAccount(context.Background(), board.AccountSpec{Username: "acme-1", Password: password, Client: "acme"})
+	require.NoError(t, err)
+	ad, err := sandbox.New(s.URL())
+	require.NoError(t, err)
+	tr, err := traits.For("acme-1", "us-east")
+	require.NoError(t, err)
+	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr})
+	require.NoError(t, err)
+	creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret)}
+	return s, sess, creds, tr
+}
+
+// Sign in over HTTP with password and TOTP, watch the feed, book with the
+// operation id as idempotency key, see taken, list bookings with proof of
+// completeness, and notice a signed-out session.
+func TestHTTPSession(t *testing.T) {
+	ctx := context.Background()
+	s, sess, creds, _ := setup(t, func(c *board.Config) { c.IdempotencyKeys = true })
+	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+	require.NoError(t, sess.Check(ctx))
+
+	loads, err := s.Publish(ctx, 2, nil)
+	require.NoError(t, err)
+	jobs, err := sess.Jobs(ctx)
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	require.Equal(t, loads[0].ID, jobs[0].Key)
+	require.True(t, loads[0].PublishedAt.Equal(jobs[0].PublishedAt))
+	jobs, err = sess.Jobs(ctx)
+	require.NoError(t, err)
+	require.Empty(t, jobs, "the cursor moved on")
+
+	r := sess.Book(ctx, loads[0].ID, "op-1", nil)
+	require.Equal(t, wire.ResultConfirmed, r.Result, r.Detail)
+	require.False(t, r.SentAt.IsZero())
+	require.Equal(t, "op-1", s.Bookings("acme")[0].IdempotencyKey)
+
+	// Another client takes the second load first.
+	other, err := s.CreateAccount(ctx, board.AccountSpec{Username: "rival-1", Password: password, Client: "rival"})
+	require.NoError(t, err)
+	rc, err := boardtest.Login(ctx, s.URL(), "rival-1", password, other.TOTPSecret, nil)
+	require.NoError(t, err)
+	st, _, err := rc.Book(ctx, loads[1].ID, "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, st)
+	r = sess.Book(ctx, loads[1].ID, "op-2", nil)
+	require.Equal(t, wire.ResultTaken, r.Result)
+
+	b, err := sess.Bookings(ctx)
+	require.NoError(t, err)
+	require.True(t, b.Complete)
+	require.Len(t, b.Bookings, 1)
+	require.Equal(t, loads[0].ID, b.Bookings[0].Key)
+
+	s.SessionStorm(1)
+	require.ErrorIs(t, sess.Check(ctx), platform.ErrSignedOut)
+	_, err = sess.Bookings(ctx)
+	require.ErrorIs(t, err, platform.ErrSignedOut, "a signed-out look-up is an error, never an empty complete list")
+	r = sess.Book(ctx, loads[0].ID, "op-3", nil)
+	require.True(t, r.SignedOut)
+	require.Equal(t, wire.ResultUnknown, r.Result)
+}
+
+// The gate runs right before the request's bytes leave; a refusal is
+// NOT_SENT and the board never sees the request.
+func TestGateRefusesBeforeSending(t *testing.T) {
+	ctx := context.Background()
+	s, sess, creds, _ := setup(t)
+	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+	loads, err := s.Publish(ctx, 1, nil)
+	require.NoError(t, err)
+	r := sess.Book(ctx, loads[0].ID, "op-1", func() error { return errors.New("deadline passed") })
+	require.Equal(t, wire.ResultNotSent, r.Result)
+	require.True(t, r.SentAt.IsZero())
+	require.EqualValues(t, 0, s.Stats().BookingRequests)
+	require.Empty(t, s.Bookings("acme"))
+}
+
+// A reused one-time code is refused by the board; the session waits for
+// the next step and signs in with a fresh code.
+func TestLoginWaitsForTheNextCode(t *testing.T) {
+	ctx := context.Background()
+	s, sess, creds, _ := setup(t)
+	// Another sign-in of the same account uses the current step first.
+	_, err := boardtest.Login(ctx, s.URL(), "acme-1", password, creds.TOTPSecret.Reveal(), nil)
+	require.NoError(t, err)
+	codes := &platform.TOTP{Secret: creds.TOTPSecret}
+	require.NoError(t, sess.Login(ctx, creds, codes))
+	require.Equal(t, 1, codes.Waits, "the used step was refused and the next code waited for")
+	require.NoError(t, sess.Check(ctx))
+}
+
+// The HTTP session writes its headers in the traits' profile order (Go's
+// own transport sorts them) with the traits' user agent and language.
+func TestHeaderOrder(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan []string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		var names []string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+			if name, _, ok := strings.Cut(line, ":"); ok {
+				names = append(names, name)
+			}
+		}
+		got <- names
+		_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"))
+	}()
+	ad, err := sandbox.New("http://" + ln.Addr().String())
+	require.NoError(t, err)
+	tr, err := traits.For("acme-7", "us-east")
+	require.NoError(t, err)
+	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	_ = sess.Check(context.Background())
+	names := <-got
+	// The names the profile orders appear in its order.
+	var want []string
+	for _, o := range tr.Profile.HeaderOrder {
+		for _, n := range names {
+			if strings.EqualFold(n, o) {
+				want = append(want, n)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, len(want), 4)
+	require.Equal(t, want, names[:len(want)], "profile headers first, in the profile's order")
+	require.Equal(t, "Host", names[0])
+}
