@@ -235,7 +235,7 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	var set string
 	switch o.Result {
 	case Confirmed:
-		set = "state = 'CONFIRMED', outcome = 'CONFIRMED', confirmed_at = COALESCE($7, clock_timestamp()), settled_at = clock_timestamp()"
+		set = "state = 'CONFIRMED', outcome = 'CONFIRMED', settled_at = clock_timestamp()"
 	case Taken:
 		set = "state = 'TAKEN', outcome = 'TAKEN', settled_at = clock_timestamp()"
 	case NotSent:
@@ -245,10 +245,17 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	default:
 		return fmt.Errorf("claim: %q is not an outcome an actor may report", o.Result)
 	}
-	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8
+	// Every branch binds the same parameters; only CONFIRMED stamps the
+	// confirmation time (the board's, corrected, or the database's now).
+	confirmedAt, confirmedDefault := nullTime(o.ConfirmedAt), "clock_timestamp()"
+	if o.Result != Confirmed {
+		confirmedAt, confirmedDefault = nil, "confirmed_at"
+	}
+	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8,
+		confirmed_at = COALESCE($7::timestamptz, ` + confirmedDefault + `)
 		WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND holder_agent = $4
 		  AND holder_worker = $5 AND state = 'ACTING'`
-	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), nullTime(o.ConfirmedAt), truncate(o.Detail, 500)}
+	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), confirmedAt, truncate(o.Detail, 500)}
 	var n int64
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, q, args...)
