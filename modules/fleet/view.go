@@ -37,7 +37,7 @@ type AgentView struct {
 
 // EventView is a recent event of an agent.
 type EventView struct {
-	At                          time.Time
+	At                           time.Time
 	Level, Kind, Worker, Message string
 }
 
