@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/fleetwright/fleetwright/app/config"
@@ -31,6 +32,10 @@ var roles = []string{"panel"}
 var commands = []struct{ name, help string }{
 	{"version", "print the build version"},
 	{"migrate", "apply database migrations (embedded cluster under --data-dir, or --database-url) and exit"},
+	{"admin create-user", "create an operator: --email, --role admin|operator|viewer; prints a one-time password, or reads one with --password-stdin"},
+	{"admin reset-mfa", "remove a user's TOTP enrolment and end their sessions (--email); they enrol again at the next sign-in"},
+	{"admin disable-user", "disable a user and end their sessions (--email)"},
+	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 }
 
 type options struct {
@@ -56,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	if _, ok := subcommands[cmd]; ok {
+		return runTwoWord(cmd, args, os.Stdin, stdout, stderr)
+	}
 	var o options
 	s := flags(&o)
 	rest, err := s.Parse(args, os.Getenv)
@@ -73,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
 	slog.SetDefault(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 
 	switch cmd {
@@ -98,6 +106,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
 func exit(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
@@ -115,10 +127,13 @@ func level(s string) slog.Level {
 func commandNames() string {
 	out := ""
 	for i, c := range commands {
+		if i > 0 && strings.Fields(c.name)[0] == strings.Fields(commands[i-1].name)[0] {
+			continue
+		}
 		if i > 0 {
 			out += ", "
 		}
-		out += c.name
+		out += strings.Fields(c.name)[0]
 	}
 	return out
 }
@@ -170,7 +185,7 @@ Roles:
 Commands:
 `, version)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.help)
+		fmt.Fprintf(w, "  %-19s %s\n", c.name, c.help)
 	}
 	fmt.Fprintf(w, "\nFlags (a flag wins over its variable, the variable over the default):\n")
 	s.PrintDefaults(w)

@@ -223,7 +223,9 @@ func (g *Guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-func safeMethod(r *http.Request) bool { return r.Method == http.MethodGet || r.Method == http.MethodHead }
+func safeMethod(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead
+}
 
 func isHTMX(r *http.Request) bool { return r.Header.Get("HX-Request") == "true" }
 
