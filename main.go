@@ -19,6 +19,8 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/agent"
+	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/panel"
 )
 
@@ -26,7 +28,7 @@ import (
 var version = "dev"
 
 // roles are the long-running roles this build has.
-var roles = []string{"panel"}
+var roles = []string{"panel", "agent", "board"}
 
 // commands are the one-shot subcommands.
 var commands = []struct{ name, help string }{
@@ -36,21 +38,27 @@ var commands = []struct{ name, help string }{
 	{"admin reset-mfa", "remove a user's TOTP enrolment and end their sessions (--email); they enrol again at the next sign-in"},
 	{"admin disable-user", "disable a user and end their sessions (--email)"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
+	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
 }
 
 type options struct {
 	role, listen, dataDir, logFormat, logLevel string
 	panel                                      panel.Config
+	board                                      board.Config
+	agent                                      agent.Config
 }
 
 func flags(o *options) *config.Set {
 	s := config.New("fleetwright")
 	s.Enum(&o.role, "role", "FLEET_ROLE", "panel", roles, "which role this process runs")
-	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on", config.Roles("panel"))
-	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "migrate"))
+	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (the board's default is 127.0.0.1:8090)", config.Roles("panel", "board"))
+	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "board", "migrate"))
 	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
 	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "lowest level logged")
 	o.panel.Register(s)
+	o.board = board.Defaults()
+	o.board.Register(s)
+	o.agent.Register(s)
 	return s
 }
 
@@ -60,6 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+		// Two-word commands: "agent reset-state".
+		if cmd == "agent" && len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+			cmd, args = cmd+" "+args[0], args[1:]
+		}
 	}
 	if _, ok := subcommands[cmd]; ok {
 		return runTwoWord(cmd, args, os.Stdin, stdout, stderr)
@@ -91,6 +103,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "migrate":
 		return exit(stderr, migrate(ctx, o, log))
+	case "agent reset-state":
+		if o.agent.StateDir == "" {
+			fmt.Fprintln(stderr, "fleetwright: agent reset-state needs --state-dir (see fleetwright --help)")
+			return 2
+		}
+		if err := agent.ResetState(o.agent.StateDir); err != nil {
+			return exit(stderr, err)
+		}
+		fmt.Fprintln(stdout, "agent state cleared:", o.agent.StateDir)
+		return 0
 	case "help":
 		usage(stdout, s)
 		return 0
@@ -102,6 +124,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "panel":
 		o.panel.Listen, o.panel.DataDir, o.panel.Version = o.listen, o.dataDir, version
 		return exit(stderr, panel.Run(ctx, o.panel, log))
+	case "agent":
+		o.agent.Build = version
+		err := agent.Run(ctx, o.agent, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "fleetwright: %s\n", logging.Scrub(err.Error()))
+		}
+		return agent.ExitCode(err)
+	case "board":
+		o.board.Listen, o.board.DataDir = o.listen, o.dataDir
+		if !s.Given("listen") {
+			o.board.Listen = "127.0.0.1:8090"
+		}
+		return exit(stderr, board.Run(ctx, o.board, log))
 	}
 	return 2
 }
@@ -181,6 +216,8 @@ Usage:
 
 Roles:
   panel    the control plane: console, agent gateway, claim engine, durable jobs, metrics
+  agent    runs beside one platform account: holds its session, runs its workers, obeys the panel
+  board    the sandbox load board: a realistic platform to rehearse, demo and load-test against
 
 Commands:
 `, version)

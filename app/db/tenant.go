@@ -23,3 +23,33 @@ func InTenant(ctx context.Context, pool *pgxpool.Pool, tenantID string, fn func(
 		return fn(tx)
 	})
 }
+
+// TenantRow runs one statement in tenant scope in a single round trip: the
+// scope and the statement are pipelined as one implicit transaction (the
+// extended protocol commits at the batch's Sync), so the transaction-local
+// setting applies to the statement and dies with it. Hot paths use it.
+func TenantRow(ctx context.Context, pool *pgxpool.Pool, tenantID, sql string, args ...any) pgx.Row {
+	b := &pgx.Batch{}
+	b.Queue("SELECT set_config('app.tenant_id', $1, true)", tenantID)
+	b.Queue(sql, args...)
+	return &batchRow{ctx: ctx, pool: pool, b: b}
+}
+
+type batchRow struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	b    *pgx.Batch
+}
+
+func (r *batchRow) Scan(dest ...any) error {
+	br := r.pool.SendBatch(r.ctx, r.b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("db: set tenant: %w", err)
+	}
+	err := br.QueryRow().Scan(dest...)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return err
+}

@@ -27,6 +27,9 @@ type HTTPDeps struct {
 	Version string
 	Clock   clock.Clock
 	Session account.Config
+	// AgentGateway serves /agent/ws; agents authenticate inside its
+	// handshake with their own tokens, not with console sessions.
+	AgentGateway http.Handler
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -57,6 +60,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 	r := server.NewRouter(d.Log, d.Reg)
 	server.Mount(r, d.Health, d.Reg)
 	static.Mount(r)
+	if d.AgentGateway != nil {
+		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))
+	}
 	shell := auth.NewShell()
 	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log})
 	r.Group(func(r chi.Router) {

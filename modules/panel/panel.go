@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -27,9 +28,11 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 )
 
 // Config is the panel's configuration.
@@ -51,6 +54,10 @@ type Config struct {
 	SessionMax  time.Duration
 	// AuditSealInterval is how often the audit chains are sealed and anchored.
 	AuditSealInterval time.Duration
+	// SecretKeyFile holds the key that seals platform credentials at rest;
+	// empty means DataDir/secret.key (created on first start). The
+	// FLEET_SECRET_KEY variable, when set, wins over any file.
+	SecretKeyFile string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
 }
@@ -77,6 +84,8 @@ func (c *Config) Register(s *config.Set) {
 		"a console session ends this long after sign-in, used or not", panel)
 	s.Duration(&c.AuditSealInterval, "audit-seal-interval", "FLEET_AUDIT_SEAL_INTERVAL", 10*time.Second,
 		"how often new audit entries are sealed into their hash chains and the heads anchored under --data-dir/audit", panel)
+	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
+		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
 
 // Validate checks the combination of settings before anything starts.
@@ -117,9 +126,15 @@ type Panel struct {
 	Router chi.Router
 	// ReplicaID names this process among the panel replicas sharing the database.
 	ReplicaID string
-	srv       *server.Server
-	hbStop    context.CancelFunc
-	hbDone    chan struct{}
+	// InstallationID identifies this installation (its database) to agents.
+	InstallationID string
+	Fleet          *fleet.Store
+	Gateway        *fleet.Gateway
+	srv            *server.Server
+	bg             sync.WaitGroup
+	bgStop         context.CancelFunc
+	hbStop         context.CancelFunc
+	hbDone         chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -239,8 +254,35 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: start river: %w", err)
 	}
 
+	if err := p.DB.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&p.InstallationID); err != nil {
+		return fmt.Errorf("panel: read installation id: %w", err)
+	}
+	keyFile := cfg.SecretKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.DataDir, "secret.key")
+	}
+	key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
+	if err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	v, err := vault.New(key)
+	if err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	p.Fleet = fleet.NewStore(p.DB, v)
+	p.Gateway = fleet.NewGateway(p.Fleet, nil, fleet.GatewayConfig{
+		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg}, log)
+	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
+	p.bgStop = bgStop
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		// The LISTEN loop recovers on its own; it is not supervised.
+		p.Gateway.Listen(bgCtx, appURL)
+	}()
+
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
-		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}})
+		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
@@ -286,9 +328,17 @@ func (p *Panel) Stop() {
 			p.log.Warn("http shutdown cut connections", "err", err)
 		}
 	}
+	if p.Gateway != nil {
+		// WebSockets are hijacked connections: Shutdown does not wait for them.
+		p.Gateway.CloseAll()
+	}
 	if p.hbStop != nil {
 		p.hbStop()
 		<-p.hbDone
+	}
+	if p.bgStop != nil {
+		p.bgStop()
+		p.bg.Wait()
 	}
 	if p.River != nil {
 		if err := p.River.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -1,0 +1,229 @@
+// Package agent is the agent role: it holds one platform account's
+// connection to the panel, runs the account's workers under a supervisor and
+// carries out the panel's commands. It never holds database or Redis
+// credentials: everything it does with the panel goes through the wire
+// protocol.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/fleetwright/fleetwright/app/config"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/agent/store"
+	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Exit statuses of the agent process.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	// ExitConfig: bad flags or an unsafe token file; fix and start again.
+	ExitConfig = 2
+	// ExitRetired: the agent retired itself (or refuses to start because it
+	// did). The systemd unit lists it in RestartPreventExitStatus=, so a
+	// retired agent is not restarted.
+	ExitRetired = 78
+)
+
+// Errors Run returns; ExitCode maps them.
+var (
+	// ErrRetired: the agent has just retired (20 unknown-token answers, a
+	// tombstone, or a retire command) and wiped its secrets.
+	ErrRetired = errors.New("agent: retired")
+	// ErrAlreadyRetired: the state dir carries the retired mark.
+	ErrAlreadyRetired = errors.New("agent: this agent retired itself and will not start until its state is reset on purpose")
+	// ErrConfig wraps configuration errors.
+	ErrConfig = errors.New("agent: configuration")
+)
+
+// ExitCode maps Run's result to the process exit status.
+func ExitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return ExitOK
+	case errors.Is(err, ErrRetired), errors.Is(err, ErrAlreadyRetired):
+		return ExitRetired
+	case errors.Is(err, ErrConfig):
+		return ExitConfig
+	}
+	return ExitFailure
+}
+
+// WorkerEnv is what a worker of some kind gets from the agent.
+type WorkerEnv struct {
+	Spec    wire.WorkerSpec
+	Account wire.Account
+	// Paused reports whether new actions are paused; a worker checks it
+	// before every action.
+	Paused func() bool
+	// Store journals actions (Store.Do) and holds credentials and cookies.
+	Store *store.Store
+}
+
+// WorkerFunc is the code of one worker kind.
+type WorkerFunc func(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error
+
+// Config configures the agent role.
+type Config struct {
+	// PanelURL is the panel's base URL, http(s)://host[:port][/prefix]
+	// (--panel, FLEET_PANEL). The agent dials ws(s)://…/agent/ws.
+	PanelURL string
+	// TokenFile holds the agent's token; it must be mode 0600 or stricter
+	// (--token-file, FLEET_TOKEN_FILE). The token never goes on a command line.
+	TokenFile string
+	// StateDir holds the agent's SQLite state (--state-dir, FLEET_STATE_DIR).
+	StateDir string
+	// Build is the binary's build version, sent in hello.
+	Build string
+	// Hostname defaults to os.Hostname.
+	Hostname string
+	// Kinds maps worker kinds to their code; a kind missing here is
+	// reported as unsupported.
+	Kinds map[string]WorkerFunc
+	// StateEvery is how often a state report is sent (default 30 s); one is
+	// also sent on connect and on every change.
+	StateEvery time.Duration
+	// IOTimeout bounds a dial, the wait for welcome and each write
+	// (default 30 s, real time).
+	IOTimeout time.Duration
+	// Clock defaults to the real clock; tests inject a fake one.
+	Clock clock.Clock
+	// Jitter returns numbers in [0, 1); defaults to math/rand/v2.
+	Jitter func() float64
+	// RestartDelay is passed to the supervisor (0: its default).
+	RestartDelay time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Jitter == nil {
+		c.Jitter = rand.Float64
+	}
+	if c.StateEvery <= 0 {
+		c.StateEvery = 30 * time.Second
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = 30 * time.Second
+	}
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname()
+	}
+	if c.Build == "" {
+		c.Build = "dev"
+	}
+}
+
+// WebSocketURL derives the agent endpoint from the panel's base URL.
+func WebSocketURL(panel string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(panel))
+	if err != nil {
+		return "", fmt.Errorf("%w: --panel %q is not a URL: %v", ErrConfig, panel, err)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("%w: --panel must be an http:// or https:// base URL, got %q", ErrConfig, panel)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("%w: --panel %q has no host", ErrConfig, panel)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%w: --panel must be a base URL without query or fragment", ErrConfig)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/agent/ws"
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// ReadTokenFile reads the token, refusing a file others can read or write.
+func ReadTokenFile(path string) (wire.Secret, error) {
+	if path == "" {
+		return wire.Secret{}, fmt.Errorf("%w: --token-file is required", ErrConfig)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return wire.Secret{}, fmt.Errorf("%w: token file: %v", ErrConfig, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return wire.Secret{}, fmt.Errorf("%w: token file %s is not a regular file", ErrConfig, path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return wire.Secret{}, fmt.Errorf("%w: token file %s has mode %04o; it must be readable by its owner only (chmod 600 %s)",
+			ErrConfig, path, perm, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return wire.Secret{}, fmt.Errorf("%w: token file: %v", ErrConfig, err)
+	}
+	tok := strings.TrimSpace(string(data))
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+		return wire.Secret{}, fmt.Errorf("%w: token file %s must hold exactly one token", ErrConfig, path)
+	}
+	return wire.NewSecret(tok), nil
+}
+
+// ResetState deletes a (retired) agent's state on purpose, so it may start
+// again: the deliberate reset behind `fleetwright agent reset-state
+// --state-dir DIR`. Deleting the state dir by hand does the same.
+func ResetState(stateDir string) error {
+	if stateDir == "" {
+		return fmt.Errorf("%w: --state-dir is required", ErrConfig)
+	}
+	if err := store.ResetState(stateDir); err != nil {
+		return fmt.Errorf("agent: reset state: %w", err)
+	}
+	return nil
+}
+
+// Run runs the agent until ctx ends, it retires, or its configuration is
+// unusable. Map the result with ExitCode.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	cfg.defaults()
+	wsURL, err := WebSocketURL(cfg.PanelURL)
+	if err != nil {
+		return err
+	}
+	if cfg.StateDir == "" {
+		return fmt.Errorf("%w: --state-dir is required", ErrConfig)
+	}
+	token, err := ReadTokenFile(cfg.TokenFile)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer st.Close()
+	if mark, retired, err := st.Retired(ctx); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	} else if retired {
+		return fmt.Errorf("%w (retired at %s: %s); reset it with `fleetwright agent reset-state --state-dir %s` or delete that directory",
+			ErrAlreadyRetired, mark.At.Format(time.RFC3339), mark.Reason, cfg.StateDir)
+	}
+	a := newAgent(cfg, logger, st, token, wsURL)
+	return a.run(ctx)
+}
+
+// Register declares the agent role's flags.
+func (c *Config) Register(s *config.Set) {
+	role := config.Roles("agent")
+	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws", role)
+	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
+	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600)", config.Roles("agent", "agent reset-state"))
+}

@@ -1,0 +1,39 @@
+package agent
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestAuthPauseSchedule(t *testing.T) {
+	want := []time.Duration{3, 6, 12, 24, 48, 96, 192, 384, 768}
+	for i, w := range want {
+		for _, j := range []float64{0, 0.5, 0.999} {
+			require.Equal(t, w*time.Second, AuthPause(i+1, j), "n=%d: no jitter in the fast phase", i+1)
+		}
+	}
+	require.Equal(t, 10, firstSlow)
+	for _, gen := range []func() float64{func() float64 { return 0 }, func() float64 { return 0.9999999 }, rand.Float64} {
+		prev := AuthPause(9, 0)
+		for n := 10; n < RetireAfter; n++ {
+			p := AuthPause(n, gen())
+			require.GreaterOrEqual(t, p, AuthSlowFrom, "n=%d", n)
+			require.Less(t, p, AuthSlowTo, "n=%d", n)
+			require.GreaterOrEqual(t, p, prev, "n=%d: pauses never decrease", n)
+			prev = p
+		}
+	}
+	require.Equal(t, 15*time.Minute, AuthPause(10, 0))
+	require.Equal(t, 24*time.Minute, AuthPause(19, 0))
+}
+
+func TestNetBackoff(t *testing.T) {
+	require.Equal(t, 500*time.Millisecond, netBackoff(1, 0))
+	require.Equal(t, time.Second, netBackoff(1, 1))
+	require.Equal(t, 4*time.Second, netBackoff(3, 1))
+	require.Equal(t, NetBackoffMax, netBackoff(50, 1))
+	require.Equal(t, NetBackoffMax/2, netBackoff(50, 0))
+}

@@ -1,0 +1,367 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fleetwright/fleetwright/modules/agent/store"
+	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// agent is the running role. Its state (pause, workers, pending events)
+// lives here, outside any connection, so a drop loses nothing and the next
+// connection reports it.
+type agent struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	token wire.Secret
+	wsURL string
+	sup   *supervisor.Supervisor
+
+	changed chan struct{} // state changed: report soon (capacity 1)
+
+	mu          sync.Mutex
+	paused      bool
+	account     wire.Account
+	specs       map[string]wire.WorkerSpec
+	unsupported map[string]wire.WorkerSpec
+	events      []wire.Event
+	results     map[string]wire.CommandResult // recent command results, for redelivered commands
+	resultOrder []string
+}
+
+const (
+	maxPendingEvents = 100
+	maxKeptResults   = 256
+)
+
+func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, wsURL string) *agent {
+	a := &agent{
+		cfg: cfg, log: log, store: st, token: token, wsURL: wsURL,
+		changed:     make(chan struct{}, 1),
+		specs:       map[string]wire.WorkerSpec{},
+		unsupported: map[string]wire.WorkerSpec{},
+		results:     map[string]wire.CommandResult{},
+	}
+	a.sup = supervisor.New(cfg.Clock, log, supervisor.Options{
+		RestartDelay: cfg.RestartDelay,
+		OnChange:     a.notify,
+		OnNeedsPerson: func(s supervisor.State) {
+			a.event(wire.Event{Level: wire.LevelError, Kind: "worker_needs_person", Worker: s.Name,
+				Message: fmt.Sprintf("%s failed again after %d restarts within %s; it stays stopped until a person restarts it",
+					s.Name, supervisor.Budget, supervisor.Window),
+				At: cfg.Clock.Now(), Fields: map[string]string{"last_error": s.LastError}})
+		},
+	})
+	return a
+}
+
+func (a *agent) notify() {
+	select {
+	case a.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (a *agent) event(e wire.Event) {
+	a.mu.Lock()
+	a.events = append(a.events, e)
+	if len(a.events) > maxPendingEvents {
+		a.events = a.events[len(a.events)-maxPendingEvents:]
+	}
+	a.mu.Unlock()
+	a.notify()
+}
+
+// outcome classifies how a connection ended.
+type outcome int
+
+const (
+	outNetwork      outcome = iota // drop, timeout, 5xx, protocol trouble: reconnect backoff
+	outUnknownToken                // an explicit unknown_token answer
+	outIncompatible                // version reject: reconnect backoff, no count
+	outRetire                      // tombstone or retire command
+)
+
+type sessionResult struct {
+	out          outcome
+	installation string // who answered (unknown_token)
+	reason       string // why we retire
+	welcomed     bool
+	err          error
+}
+
+func (a *agent) run(ctx context.Context) error {
+	workersCtx, stopWorkers := context.WithCancel(ctx)
+	defer func() {
+		stopWorkers()
+		a.sup.Wait()
+	}()
+
+	auth, err := a.store.Auth(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	netAttempt := 0
+
+	// The reconnect loop is deliberately not supervised: it has its own
+	// recovery (the backoffs below), and a supervisor restarting it would race
+	// that recovery. Only workers run under the supervisor.
+	for {
+		res := a.session(ctx, workersCtx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var pause time.Duration
+		switch res.out {
+		case outRetire:
+			return a.retire(ctx, stopWorkers, res.reason)
+		case outUnknownToken:
+			if auth.InstallationID != "" && res.installation != auth.InstallationID {
+				netAttempt++
+				pause = netBackoff(netAttempt, a.cfg.Jitter())
+				a.log.Warn("agent: unknown token from a panel installation that never welcomed this agent; not counted",
+					"answered_by", res.installation, "welcomed_by", auth.InstallationID, "retry_in", pause)
+				break
+			}
+			auth.UnknownTokenCount++
+			if err := a.store.SetUnknownTokenCount(ctx, auth.UnknownTokenCount); err != nil {
+				a.log.Error("agent: cannot record the unknown-token count", "err", err)
+			}
+			if auth.UnknownTokenCount >= RetireAfter {
+				return a.retire(ctx, stopWorkers, fmt.Sprintf("the panel answered unknown token %d times in a row", auth.UnknownTokenCount))
+			}
+			pause = AuthPause(auth.UnknownTokenCount, a.cfg.Jitter())
+			a.log.Warn("agent: the panel does not know this agent's token", "consecutive", auth.UnknownTokenCount,
+				"retire_at", RetireAfter, "retry_in", pause)
+		default:
+			if res.welcomed {
+				netAttempt = 0
+				// A welcome resets the count and names the installation.
+				if auth, err = a.store.Auth(ctx); err != nil {
+					a.log.Error("agent: read auth state", "err", err)
+				}
+			}
+			netAttempt++
+			pause = netBackoff(netAttempt, a.cfg.Jitter())
+			lvl := slog.LevelWarn
+			if res.out == outIncompatible {
+				lvl = slog.LevelError
+			}
+			a.log.Log(ctx, lvl, "agent: disconnected from the panel; reconnecting", "err", res.err, "retry_in", pause)
+		}
+		select {
+		case <-a.cfg.Clock.After(pause):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// retire stops the workers, wipes every secret (state dir and token file),
+// leaves the retired mark and returns ErrRetired.
+func (a *agent) retire(ctx context.Context, stopWorkers context.CancelFunc, reason string) error {
+	a.log.Error("agent: retiring: wiping credentials, cookies and token", "reason", reason)
+	stopWorkers()
+	a.sup.Wait()
+	// Use a context that outlives a cancelled run: a half-done wipe is worse.
+	wctx := context.WithoutCancel(ctx)
+	if err := a.store.Retire(wctx, reason, a.cfg.Clock.Now()); err != nil {
+		return fmt.Errorf("agent: retire: %w", err)
+	}
+	if err := store.ShredFile(a.cfg.TokenFile); err != nil {
+		a.log.Error("agent: could not remove the token file; remove it by hand", "path", a.cfg.TokenFile, "err", err)
+	}
+	a.token = wire.Secret{}
+	return fmt.Errorf("%w: %s", ErrRetired, reason)
+}
+
+// session runs one connection: dial, hello, welcome or reject, then
+// commands until the connection ends.
+func (a *agent) session(ctx, workersCtx context.Context) sessionResult {
+	dctx, cancel := context.WithTimeout(ctx, a.cfg.IOTimeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, a.wsURL, &websocket.DialOptions{
+		HTTPHeader: http.Header{"User-Agent": {"fleetwright-agent/" + a.cfg.Build}},
+	})
+	if err != nil {
+		if resp != nil {
+			return sessionResult{out: outNetwork, err: fmt.Errorf("agent: dial: HTTP %d: %w", resp.StatusCode, err)}
+		}
+		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: dial: %w", err)}
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(wire.MaxMessageBytes)
+
+	s := &session{a: a, conn: conn, version: wire.Current}
+	if err := s.send(ctx, wire.Hello{Version: wire.Current, MinVersion: wire.MinSupported, Build: a.cfg.Build,
+		Host: a.cfg.Hostname, Clock: a.cfg.Clock.Now(), Token: a.token}); err != nil {
+		return sessionResult{out: outNetwork, err: err}
+	}
+	f, _, err := s.read(dctx)
+	if err != nil {
+		return sessionResult{out: outNetwork, err: err}
+	}
+	switch m := f.Message.(type) {
+	case wire.Reject:
+		_ = conn.Close(websocket.StatusNormalClosure, "")
+		switch m.Reason {
+		case wire.RejectUnknownToken:
+			return sessionResult{out: outUnknownToken, installation: m.InstallationID}
+		case wire.RejectRetired:
+			return sessionResult{out: outRetire, reason: "the panel answered retired: this agent was deleted"}
+		case wire.RejectIncompatibleVersion:
+			return sessionResult{out: outIncompatible, err: fmt.Errorf("agent: panel speaks protocol %d..%d, this agent %d..%d: %s",
+				m.MinVersion, m.MaxVersion, wire.MinSupported, wire.Current, m.Message)}
+		}
+		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: rejected for an unknown reason %q", m.Reason)}
+	case wire.Welcome:
+		if !wire.Supported(m.Version) {
+			s.protocolError(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("welcome chose version %d outside %d..%d", m.Version, wire.MinSupported, wire.Current)})
+			return sessionResult{out: outIncompatible, err: fmt.Errorf("agent: panel chose protocol %d", m.Version)}
+		}
+		s.version = m.Version
+		if err := a.welcomed(ctx, workersCtx, m); err != nil {
+			return sessionResult{out: outNetwork, err: err}
+		}
+		a.log.Info("agent: welcomed by the panel", "agent_id", m.AgentID, "installation", m.InstallationID, "protocol", m.Version)
+		err := s.serve(ctx, workersCtx)
+		return sessionResult{out: s.end, welcomed: true, err: err, reason: s.retireReason}
+	default:
+		s.protocolError(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("expected welcome or reject, got %s", f.Type)})
+		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: expected welcome or reject, got %s", f.Type)}
+	}
+}
+
+// welcomed records the welcome and applies its configuration.
+func (a *agent) welcomed(ctx, workersCtx context.Context, w wire.Welcome) error {
+	if err := a.store.SetWelcomed(ctx, w.InstallationID, w.AgentID); err != nil {
+		return fmt.Errorf("agent: record welcome: %w", err)
+	}
+	if w.Credentials.Username != "" || !w.Credentials.Password.IsZero() {
+		if err := a.store.SaveCredentials(ctx, w.Credentials, a.cfg.Clock.Now()); err != nil {
+			return fmt.Errorf("agent: save credentials: %w", err)
+		}
+	}
+	a.configure(workersCtx, w.Config)
+	return nil
+}
+
+// configure applies a configuration: the pause state, and the workers
+// (unchanged workers keep running with their restart counts).
+func (a *agent) configure(workersCtx context.Context, c wire.Config) {
+	a.mu.Lock()
+	a.paused = c.Paused
+	a.account = c.Account
+	want := map[string]wire.WorkerSpec{}
+	for _, w := range c.Workers {
+		want[w.Name] = w
+	}
+	old := a.specs
+	a.specs = map[string]wire.WorkerSpec{}
+	a.unsupported = map[string]wire.WorkerSpec{}
+	a.mu.Unlock()
+
+	for name, spec := range old {
+		if nw, ok := want[name]; !ok || !sameSpec(nw, spec) {
+			_ = a.sup.Remove(name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		spec := want[name]
+		fn, ok := a.cfg.Kinds[spec.Kind]
+		a.mu.Lock()
+		if !ok {
+			a.unsupported[name] = spec
+			a.mu.Unlock()
+			continue
+		}
+		a.specs[name] = spec
+		a.mu.Unlock()
+		if o, ok := old[name]; ok && sameSpec(o, spec) {
+			continue
+		}
+		env := WorkerEnv{Spec: spec, Account: c.Account, Paused: a.isPaused, Store: a.store}
+		_ = a.sup.Start(workersCtx, supervisor.Worker{Name: name, Kind: spec.Kind,
+			Run: func(ctx context.Context, h *supervisor.Handle) error { return fn(ctx, h, env) }})
+	}
+	a.notify()
+}
+
+func sameSpec(a, b wire.WorkerSpec) bool {
+	return a.Name == b.Name && a.Kind == b.Kind && maps.Equal(a.Settings, b.Settings)
+}
+
+func (a *agent) isPaused() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.paused
+}
+
+func (a *agent) setPaused(p bool) {
+	a.mu.Lock()
+	a.paused = p
+	a.mu.Unlock()
+	a.notify()
+}
+
+// stateReport builds the state report.
+func (a *agent) stateReport() wire.State {
+	now := a.cfg.Clock.Now()
+	var ws []wire.WorkerState
+	for _, s := range a.sup.States() {
+		age := int64(0)
+		if !s.OldestTask.IsZero() {
+			age = now.Sub(s.OldestTask).Milliseconds()
+		}
+		ws = append(ws, wire.WorkerState{Name: s.Name, Kind: s.Kind, State: s.State, Restarts: s.Restarts,
+			LastOperation: s.LastOperation, OldestTaskAgeMillis: &age})
+	}
+	a.mu.Lock()
+	paused := a.paused
+	for _, spec := range a.unsupported {
+		ws = append(ws, wire.WorkerState{Name: spec.Name, Kind: spec.Kind, State: wire.WorkerUnsupported})
+	}
+	a.mu.Unlock()
+	slices.SortFunc(ws, func(x, y wire.WorkerState) int {
+		if x.Name < y.Name {
+			return -1
+		}
+		if x.Name > y.Name {
+			return 1
+		}
+		return 0
+	})
+	if ws == nil {
+		ws = []wire.WorkerState{}
+	}
+	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes()}
+}
+
+// rssBytes reads the process's resident memory (Linux), nil elsewhere.
+func rssBytes() *uint64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return nil
+	}
+	var size, resident uint64
+	if _, err := fmt.Sscanf(string(data), "%d %d", &size, &resident); err != nil {
+		return nil
+	}
+	v := resident * uint64(os.Getpagesize())
+	return &v
+}
+
+var errClosedByPanel = errors.New("agent: the panel sent a protocol error")

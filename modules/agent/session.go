@@ -1,0 +1,221 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// session is one welcomed (or about to be) connection.
+type session struct {
+	a       *agent
+	conn    *websocket.Conn
+	version int
+
+	end          outcome
+	retireReason string
+}
+
+type received struct {
+	frame wire.Frame
+	at    time.Time
+	err   error
+}
+
+func (s *session) send(ctx context.Context, m wire.Message) error {
+	data, err := wire.Encode(s.version, wire.Frame{Time: s.a.cfg.Clock.Now(), Message: m})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.a.cfg.IOTimeout)
+	defer cancel()
+	if err := s.conn.Write(wctx, websocket.MessageText, data); err != nil {
+		return fmt.Errorf("agent: send %s: %w", m.MessageType(), err)
+	}
+	return nil
+}
+
+// read reads one message; a message that does not decode is answered with a
+// protocol error (the connection then ends).
+func (s *session) read(ctx context.Context) (wire.Frame, time.Time, error) {
+	typ, data, err := s.conn.Read(ctx)
+	at := s.a.cfg.Clock.Now()
+	if err != nil {
+		return wire.Frame{}, at, fmt.Errorf("agent: read: %w", err)
+	}
+	if typ != websocket.MessageText {
+		s.protocolError(ctx, wire.Error{Code: wire.CodeMalformed, Message: "binary messages are not part of the protocol"})
+		return wire.Frame{}, at, errors.New("agent: the panel sent a binary message")
+	}
+	f, err := wire.Decode(data)
+	if err != nil {
+		s.protocolError(ctx, wire.ErrorFor(err))
+		return wire.Frame{}, at, fmt.Errorf("agent: %w", err)
+	}
+	return f, at, nil
+}
+
+func (s *session) protocolError(ctx context.Context, e wire.Error) {
+	_ = s.send(ctx, e)
+	_ = s.conn.Close(websocket.StatusPolicyViolation, string(e.Code))
+}
+
+// serve reports state and answers the panel until the connection ends. The
+// end outcome is left in s.end.
+func (s *session) serve(ctx, workersCtx context.Context) error {
+	s.end = outNetwork
+	rctx, cancel := context.WithCancel(ctx)
+	in := make(chan received, 16)
+	readerDone := make(chan struct{})
+	defer func() {
+		cancel()
+		_ = s.conn.CloseNow()
+		<-readerDone
+	}()
+	go func() {
+		defer close(readerDone)
+		defer close(in)
+		for {
+			f, at, err := s.read(rctx)
+			select {
+			case in <- received{frame: f, at: at, err: err}:
+			case <-rctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	if err := s.report(ctx); err != nil {
+		return err
+	}
+	tick := s.a.cfg.Clock.After(s.a.cfg.StateEvery)
+	for {
+		select {
+		case <-ctx.Done():
+			_ = s.conn.Close(websocket.StatusGoingAway, "agent stopping")
+			return ctx.Err()
+		case <-tick:
+			tick = s.a.cfg.Clock.After(s.a.cfg.StateEvery)
+			if err := s.report(ctx); err != nil {
+				return err
+			}
+		case <-s.a.changed:
+			if err := s.report(ctx); err != nil {
+				return err
+			}
+		case r, ok := <-in:
+			if !ok {
+				return errors.New("agent: connection closed")
+			}
+			if r.err != nil {
+				return r.err
+			}
+			done, err := s.handle(ctx, workersCtx, r)
+			if err != nil || done {
+				return err
+			}
+		}
+	}
+}
+
+// report sends pending events, then the state report.
+func (s *session) report(ctx context.Context) error {
+	s.a.mu.Lock()
+	events := s.a.events
+	s.a.events = nil
+	s.a.mu.Unlock()
+	for i, e := range events {
+		if err := s.send(ctx, e); err != nil {
+			// Keep what was not sent for the next connection.
+			s.a.mu.Lock()
+			s.a.events = append(events[i:], s.a.events...)
+			s.a.mu.Unlock()
+			return err
+		}
+	}
+	return s.send(ctx, s.a.stateReport())
+}
+
+// handle answers one message from the panel; done ends the session.
+func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool, err error) {
+	switch m := r.frame.Message.(type) {
+	case wire.Ping:
+		return false, s.send(ctx, wire.Pong{CommandID: m.CommandID, PingSentAt: m.SentAt, ReceivedAt: r.at,
+			SentAt: s.a.cfg.Clock.Now()})
+	case wire.Error:
+		s.a.log.Error("agent: the panel reported a protocol error", "code", m.Code, "message", m.Message)
+		return true, errClosedByPanel
+	}
+	id, isCommand := wire.CommandID(r.frame.Message)
+	if !isCommand {
+		s.a.log.Warn("agent: ignoring a message the panel should not send", "type", r.frame.Type)
+		return false, nil
+	}
+	if prev, ok := s.a.recentResult(id); ok {
+		// A redelivered command (the panel keeps commands until acknowledged):
+		// acknowledge again, do not act twice.
+		return false, s.send(ctx, prev)
+	}
+	res := wire.CommandResult{CommandID: id, OK: true}
+	retire := false
+	switch m := r.frame.Message.(type) {
+	case wire.Configure:
+		s.a.configure(workersCtx, m.Config)
+	case wire.Pause:
+		s.a.setPaused(true)
+		s.a.log.Info("agent: paused by the panel", "reason", m.Reason)
+	case wire.Resume:
+		s.a.setPaused(false)
+		s.a.log.Info("agent: resumed by the panel")
+	case wire.RestartWorker:
+		if err := s.a.sup.Restart(workersCtx, m.Worker); err != nil {
+			res = wire.CommandResult{CommandID: id, Error: err.Error()}
+		}
+	case wire.RotateCredentials:
+		if err := s.a.store.SaveCredentials(ctx, m.Credentials, s.a.cfg.Clock.Now()); err != nil {
+			res = wire.CommandResult{CommandID: id, Error: "agent: could not store the new credentials"}
+			s.a.log.Error("agent: rotate credentials", "err", err)
+		}
+	case wire.Retire:
+		retire = true
+		s.retireReason = "the panel sent retire: " + m.Reason
+	default:
+		res = wire.CommandResult{CommandID: id, Error: fmt.Sprintf("agent: command %s not supported", r.frame.Type)}
+	}
+	s.a.keepResult(res)
+	if err := s.send(ctx, res); err != nil {
+		return true, err
+	}
+	if retire {
+		s.end = outRetire
+		_ = s.conn.Close(websocket.StatusNormalClosure, "retired")
+		return true, nil
+	}
+	return false, nil
+}
+
+func (a *agent) recentResult(id string) (wire.CommandResult, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.results[id]
+	return r, ok
+}
+
+func (a *agent) keepResult(r wire.CommandResult) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.results[r.CommandID] = r
+	a.resultOrder = append(a.resultOrder, r.CommandID)
+	if len(a.resultOrder) > maxKeptResults {
+		delete(a.results, a.resultOrder[0])
+		a.resultOrder = a.resultOrder[1:]
+	}
+}

@@ -1,0 +1,49 @@
+// Package claim is the claim engine: exactly one lease per job in Postgres,
+// fencing tokens, the fenced start of an action, outcome reports, UNKNOWN and
+// its reconciliation. Only the panel runs these statements, on behalf of the
+// authenticated agents.
+package claim
+
+// State is where a claim stands. DETECTED and QUEUED happen before a claim
+// row exists (in the watcher and the cell's Redis); a row starts at LEASED.
+type State string
+
+// The claim states (ARCHITECTURE.md §3).
+const (
+	Detected  State = "DETECTED"
+	Queued    State = "QUEUED"
+	Leased    State = "LEASED"
+	Acting    State = "ACTING"
+	Confirmed State = "CONFIRMED"
+	Taken     State = "TAKEN"
+	NotSent   State = "NOT_SENT"
+	Unknown   State = "UNKNOWN"
+	Released  State = "RELEASED"
+)
+
+// Transitions lists every legal move of a claim row. The database enforces
+// the same table in claim_transition_check() (migrations/0030_claims.sql); a
+// test checks that the two agree pair by pair. NOT_SENT is an outcome, not a
+// resting state: it leaves the claim RELEASED at once.
+var Transitions = map[State][]State{
+	Leased:   {Leased, Acting, Released},
+	Released: {Leased},
+	Acting:   {Confirmed, Taken, Released, Unknown},
+	Unknown:  {Confirmed, Released},
+}
+
+// Stored are the states a claim row can hold.
+var Stored = []State{Leased, Acting, Confirmed, Taken, Unknown, Released}
+
+// Legal reports whether a row may move from one state to another.
+func Legal(from, to State) bool {
+	for _, s := range Transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Final reports whether no transition leaves s.
+func (s State) Final() bool { return len(Transitions[s]) == 0 }
