@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -59,7 +60,7 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 		VALUES (NULLIF($1, '')::uuid, $2, $3, $4, $5, $6)`, e.ActorID, e.Actor, e.Action, e.Target, detail, e.IP)
 	if err != nil {
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23502" && pe.ColumnName == "tenant_id" {
+		if errors.As(err, &pe) && (pe.Code == "23502" && pe.ColumnName == "tenant_id" || pe.Code == "42501" && strings.Contains(pe.Message, "row-level security")) {
 			return errors.New("audit: append needs a tenant-scoped transaction (db.InTenant or audit.InSystem)")
 		}
 		return fmt.Errorf("audit: append %s: %w", e.Action, err)
