@@ -50,7 +50,7 @@ var KernelRoutes = map[string]bool{
 	"GET /static/{sum}/{name}": true,
 	// chi registers r.Handle for every method; /metrics is read-only.
 	"HEAD /metrics": true, "POST /metrics": true, "PUT /metrics": true, "PATCH /metrics": true, "DELETE /metrics": true,
-	"CONNECT /metrics": true, "OPTIONS /metrics": true, "TRACE /metrics": true,
+	"CONNECT /metrics": true, "OPTIONS /metrics": true, "TRACE /metrics": true, "QUERY /metrics": true,
 }
 
 // NewHTTP builds the router exactly as the panel serves it: kernel routes,
