@@ -2,9 +2,11 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -189,13 +191,30 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 		if n, ok := names[r.Tenant]; ok {
 			r.Tenant = n
 		}
-		if r.Detail == "{}" {
-			r.Detail = ""
-		}
+		r.Detail = compact(r.Detail)
 		return r, err
 	})
 }
 
 func likeEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// compact shows a detail object as "key: value" pairs, keys sorted.
+func compact(detail string) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(detail), &m); err != nil || len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		v, _ := json.Marshal(m[k])
+		parts[i] = k + ": " + strings.Trim(string(v), `"`)
+	}
+	return strings.Join(parts, " · ")
 }
