@@ -29,8 +29,8 @@ func dataDir(t *testing.T) string {
 	return d
 }
 
-func startPanel(t *testing.T, dir string) (*testenv.Proc, string) {
-	p := testenv.Start(t, testenv.Binary(t), []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir})
+func startPanel(t *testing.T, dir string, extra ...string) (*testenv.Proc, string) {
+	p := testenv.Start(t, testenv.Binary(t), append([]string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir}, extra...))
 	url := p.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, 60*time.Second)
 	return p, url
 }
