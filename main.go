@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/fleetwright/fleetwright/app/config"
@@ -33,6 +34,10 @@ var roles = []string{"panel", "agent", "board"}
 var commands = []struct{ name, help string }{
 	{"version", "print the build version"},
 	{"migrate", "apply database migrations (embedded cluster under --data-dir, or --database-url) and exit"},
+	{"admin create-user", "create an operator: --email, --role admin|operator|viewer; prints a one-time password, or reads one with --password-stdin"},
+	{"admin reset-mfa", "remove a user's TOTP enrolment and end their sessions (--email); they enrol again at the next sign-in"},
+	{"admin disable-user", "disable a user and end their sessions (--email)"},
+	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
 }
 
@@ -68,6 +73,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cmd, args = cmd+" "+args[0], args[1:]
 		}
 	}
+	if _, ok := subcommands[cmd]; ok {
+		return runTwoWord(cmd, args, os.Stdin, stdout, stderr)
+	}
 	var o options
 	s := flags(&o)
 	rest, err := s.Parse(args, os.Getenv)
@@ -85,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
 	slog.SetDefault(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 
 	switch cmd {
@@ -133,6 +141,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
 func exit(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
@@ -150,10 +162,13 @@ func level(s string) slog.Level {
 func commandNames() string {
 	out := ""
 	for i, c := range commands {
+		if i > 0 && strings.Fields(c.name)[0] == strings.Fields(commands[i-1].name)[0] {
+			continue
+		}
 		if i > 0 {
 			out += ", "
 		}
-		out += c.name
+		out += strings.Fields(c.name)[0]
 	}
 	return out
 }
@@ -207,7 +222,7 @@ Roles:
 Commands:
 `, version)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.help)
+		fmt.Fprintf(w, "  %-19s %s\n", c.name, c.help)
 	}
 	fmt.Fprintf(w, "\nFlags (a flag wins over its variable, the variable over the default):\n")
 	s.PrintDefaults(w)

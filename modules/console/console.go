@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/server"
-	"github.com/fleetwright/fleetwright/views"
+	"github.com/fleetwright/fleetwright/modules/auth"
 )
 
 // Deps are what the console needs from the panel.
@@ -18,6 +18,7 @@ type Deps struct {
 	DB      *pgxpool.Pool
 	Health  *server.Health
 	Version string
+	Shell   *auth.Shell
 }
 
 type homeModel struct {
@@ -31,13 +32,10 @@ type checkView struct {
 	OK   bool
 }
 
-// Mount adds the console's routes to r.
+// Mount adds the console's landing page to r.
 func Mount(r chi.Router, d Deps) {
-	r.Get("/", d.home)
-	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		w.WriteHeader(http.StatusNotFound)
-		_ = views.ErrorPage(http.StatusNotFound, "Not found", "There is no page at this address.").Render(req.Context(), w)
-	})
+	r.Method(http.MethodGet, "/", auth.Require(auth.Self, d.home))
+	d.Shell.AddNav(auth.NavItem{Label: "Overview", Href: "/", Perm: auth.Self, Order: 0})
 }
 
 func (d Deps) home(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +49,8 @@ func (d Deps) home(w http.ResponseWriter, r *http.Request) {
 	for _, c := range results {
 		m.Checks = append(m.Checks, checkView{Name: c.Name, OK: c.OK})
 	}
-	p := views.Page{Title: "Overview", Nav: []views.NavItem{{Label: "Overview", Href: "/", Active: true}}}
+	p := d.Shell.Page(w, r, "Overview")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
 	_ = homePage(p, m).Render(ctx, w)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
@@ -29,9 +30,9 @@ import (
 	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
-	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/account"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/fleet"
-	"github.com/fleetwright/fleetwright/static"
 )
 
 // Config is the panel's configuration.
@@ -48,6 +49,11 @@ type Config struct {
 	DBMaxConns       int
 	PGMaxConnections int
 	ShutdownTimeout  time.Duration
+	// SessionIdle and SessionMax are the console's session timeouts.
+	SessionIdle time.Duration
+	SessionMax  time.Duration
+	// AuditSealInterval is how often the audit chains are sealed and anchored.
+	AuditSealInterval time.Duration
 	// SecretKeyFile holds the key that seals platform credentials at rest;
 	// empty means DataDir/secret.key (created on first start). The
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
@@ -72,6 +78,12 @@ func (c *Config) Register(s *config.Set) {
 		"max_connections of the embedded cluster (at least 200)", panel)
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "FLEET_SHUTDOWN_TIMEOUT", 30*time.Second,
 		"how long a graceful stop may take before connections are cut", panel)
+	s.Duration(&c.SessionIdle, "session-idle", "FLEET_SESSION_IDLE", 30*time.Minute,
+		"a console session unused this long ends", panel)
+	s.Duration(&c.SessionMax, "session-max", "FLEET_SESSION_MAX", 12*time.Hour,
+		"a console session ends this long after sign-in, used or not", panel)
+	s.Duration(&c.AuditSealInterval, "audit-seal-interval", "FLEET_AUDIT_SEAL_INTERVAL", 10*time.Second,
+		"how often new audit entries are sealed into their hash chains and the heads anchored under --data-dir/audit", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
@@ -86,6 +98,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PGMaxConnections < 200 {
 		return fmt.Errorf("panel: --pg-max-connections must be at least 200, got %d", c.PGMaxConnections)
+	}
+	if c.SessionIdle < time.Minute || c.SessionMax < c.SessionIdle {
+		return fmt.Errorf("panel: --session-idle must be at least 1m and --session-max at least --session-idle (got %s and %s)", c.SessionIdle, c.SessionMax)
+	}
+	if c.AuditSealInterval < time.Second {
+		return fmt.Errorf("panel: --audit-seal-interval must be at least 1s, got %s", c.AuditSealInterval)
 	}
 	if c.DBMaxConns < 4 {
 		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
@@ -188,6 +206,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err := db.CheckAppRole(ctx, p.DB); err != nil {
 		return err
 	}
+	if err := db.CheckRowSecurity(ctx, p.DB); err != nil {
+		return err
+	}
 	ropts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return errors.New("panel: malformed Redis URL (check FLEET_REDIS_URL)")
@@ -205,6 +226,8 @@ func (p *Panel) start(ctx context.Context) (err error) {
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
+	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
+	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
@@ -215,6 +238,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneReplicasArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.AuditSealInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return sealAuditArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
+				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
 		},
 	})
@@ -252,13 +281,11 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		p.Gateway.Listen(bgCtx, appURL)
 	}()
 
-	p.Router = server.NewRouter(log, p.Reg)
-	p.Router.Get("/agent/ws", p.Gateway.ServeHTTP)
-	server.Mount(p.Router, p.Health, p.Reg)
-	static.Mount(p.Router)
-	console.Mount(p.Router, console.Deps{DB: p.DB, Health: p.Health, Version: cfg.Version})
+	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
+		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway})
+	p.Router = h.Router
 
-	if p.srv, err = server.Listen(cfg.Listen, p.Router, log); err != nil {
+	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
 		return err
 	}
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,11 +1,11 @@
 package panel_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
 )
 
@@ -27,8 +29,8 @@ func dataDir(t *testing.T) string {
 	return d
 }
 
-func startPanel(t *testing.T, dir string) (*testenv.Proc, string) {
-	p := testenv.Start(t, testenv.Binary(t), []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir})
+func startPanel(t *testing.T, dir string, extra ...string) (*testenv.Proc, string) {
+	p := testenv.Start(t, testenv.Binary(t), append([]string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir}, extra...))
 	url := p.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, 60*time.Second)
 	return p, url
 }
@@ -41,14 +43,21 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-var installationRe = regexp.MustCompile(`data-testid="installation".*?<div class="value mono"[^>]*>([0-9a-f-]{36})<`)
-
-func installation(t *testing.T, url string) string {
+// installation reads the installation id from the running panel's cluster
+// (the console itself is behind sign-in, which redirects the landing page).
+func installation(t *testing.T, url, dir string) string {
 	code, body := httpGet(t, url+"/")
 	require.Equal(t, http.StatusOK, code)
-	m := installationRe.FindStringSubmatch(body)
-	require.NotNil(t, m, body)
-	return m[1]
+	require.Contains(t, body, `data-testid="signin-form"`, "the console asks to sign in")
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(dir, "postgres"))
+	require.NoError(t, err)
+	pool, err := db.Open(ctx, pg.AppURL(), 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	var id string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&id))
+	return id
 }
 
 func alive(pid int) bool {
@@ -83,7 +92,7 @@ func TestPanelServesStopsCleanlyAndRecoversFromSIGKILL(t *testing.T) {
 	code, body = httpGet(t, url+"/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "fleet_dependency_up")
-	id := installation(t, url)
+	id := installation(t, url, dir)
 	code, body = httpGet(t, url+"/no-such-page")
 	require.Equal(t, http.StatusNotFound, code)
 	require.Contains(t, body, `data-testid="error-page"`)
@@ -94,7 +103,7 @@ func TestPanelServesStopsCleanlyAndRecoversFromSIGKILL(t *testing.T) {
 	p.Signal(syscall.SIGKILL)
 	p.Wait(10 * time.Second)
 	p, url = startPanel(t, dir)
-	require.Equal(t, id, installation(t, url), "same database after SIGKILL")
+	require.Equal(t, id, installation(t, url, dir), "same database after SIGKILL")
 
 	// SIGINT drains and stops both child services.
 	pg2, rds2 := childPids(t, dir)

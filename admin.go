@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetwright/fleetwright/app/config"
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/account"
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/auth"
+)
+
+// subcommands of the two-word commands (admin …, audit …).
+var subcommands = map[string][]string{
+	"admin": {"create-user", "reset-mfa", "disable-user"},
+	"audit": {"verify"},
+}
+
+type adminOptions struct {
+	dataDir, databaseURL, databaseAppURL, logFormat, logLevel string
+	email, role                                               string
+	passwordStdin                                             bool
+}
+
+func adminFlags(o *adminOptions, cmd string) *config.Set {
+	s := config.New("fleetwright " + cmd)
+	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "the panel's data directory (its embedded Postgres and the audit anchors)")
+	s.String(&o.databaseURL, "database-url", "FLEET_DATABASE_URL", "", "owner role's Postgres URL; empty uses the embedded cluster under --data-dir")
+	s.String(&o.databaseAppURL, "database-app-url", "FLEET_DATABASE_APP_URL", "", "application role's Postgres URL (required with --database-url)")
+	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
+	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "warn", []string{"debug", "info", "warn", "error"}, "lowest level logged")
+	if strings.HasPrefix(cmd, "admin") {
+		s.String(&o.email, "email", "", "", "the user's email address")
+	}
+	if cmd == "admin create-user" {
+		s.Enum(&o.role, "role", "", "operator", []string{"admin", "operator", "viewer"}, "the new user's role")
+		s.Bool(&o.passwordStdin, "password-stdin", "", false, "read the initial password from the first line of standard input instead of generating one")
+	}
+	return s
+}
+
+// runTwoWord runs `admin …` and `audit …`.
+func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintf(stdout, "Usage: fleetwright %s {%s} [flags]\n", cmd, strings.Join(subcommands[cmd], "|"))
+			return 0
+		}
+		fmt.Fprintf(stderr, "fleetwright: %s needs one of: %s (see fleetwright --help)\n", cmd, strings.Join(subcommands[cmd], ", "))
+		return 2
+	}
+	sub := args[0]
+	known := false
+	for _, s := range subcommands[cmd] {
+		known = known || s == sub
+	}
+	if !known {
+		fmt.Fprintf(stderr, "fleetwright: unknown command %q; %s takes: %s (see fleetwright --help)\n", cmd+" "+sub, cmd, strings.Join(subcommands[cmd], ", "))
+		return 2
+	}
+	full := cmd + " " + sub
+	var o adminOptions
+	s := adminFlags(&o, full)
+	rest, err := s.Parse(args[1:], os.Getenv)
+	if errors.Is(err, config.ErrHelp) {
+		fmt.Fprintf(stdout, "Usage: fleetwright %s [flags]\n\nFlags:\n", full)
+		s.PrintDefaults(stdout)
+		return 0
+	}
+	if err == nil && len(rest) > 0 {
+		err = fmt.Errorf("unexpected argument %q", rest[0])
+	}
+	if err == nil && strings.HasPrefix(full, "admin") && strings.TrimSpace(o.email) == "" {
+		err = errors.New("--email is required")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fleetwright: %s: %v (see fleetwright %s --help)\n", full, err, full)
+		return 2
+	}
+	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
+	ctx, stop := signalContext()
+	defer stop()
+	err = withAppDB(ctx, o, log, func(pool *pgxpool.Pool) error {
+		switch full {
+		case "admin create-user":
+			return createUser(ctx, pool, o, stdin, stdout)
+		case "admin reset-mfa", "admin disable-user":
+			u, err := account.UserByEmail(ctx, pool, o.email)
+			if errors.Is(err, account.ErrNoUser) {
+				return fmt.Errorf("no user with email %s", o.email)
+			}
+			if err != nil {
+				return err
+			}
+			if full == "admin reset-mfa" {
+				if err := account.ResetMFA(ctx, pool, u.ID, cliActor()); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "two-factor authentication of %s was reset and their sessions ended; they enrol again at the next sign-in\n", u.Email)
+				return nil
+			}
+			if err := account.SetDisabled(ctx, pool, u.ID, true, cliActor()); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s is disabled and signed out everywhere\n", u.Email)
+			return nil
+		case "audit verify":
+			return verifyAudit(ctx, pool, o, stdout)
+		}
+		return nil
+	})
+	return exit(stderr, err)
+}
+
+func cliActor() audit.Entry {
+	who := "cli"
+	if u := os.Getenv("SUDO_USER"); u != "" {
+		who = "cli:" + u
+	} else if u := os.Getenv("USER"); u != "" {
+		who = "cli:" + u
+	}
+	return audit.Entry{Actor: who}
+}
+
+func createUser(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdin io.Reader, stdout io.Writer) error {
+	password, generated := "", false
+	if o.passwordStdin {
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read password from stdin: %w", err)
+		}
+		password = strings.TrimRight(line, "\r\n")
+	} else {
+		password, generated = account.GeneratePassword(), true
+	}
+	logging.RegisterSecret(password)
+	u, err := account.CreateUser(ctx, pool, account.NewUser{Email: o.email, Role: auth.Role(o.role), Password: password}, cliActor())
+	var fe account.FieldErrors
+	if errors.As(err, &fe) {
+		var msgs []string
+		for k, v := range fe {
+			msgs = append(msgs, k+": "+v)
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "created %s %s (id %s)\n", u.Role, u.Email, u.ID)
+	if generated {
+		// The one place a password is shown: once, to the terminal of the
+		// person creating the account. It is stored only as its hash.
+		fmt.Fprintf(stdout, "one-time password: %s\n", password)
+	}
+	fmt.Fprintln(stdout, "they set up two-factor authentication at their first sign-in")
+	return nil
+}
+
+func verifyAudit(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout io.Writer) error {
+	path := audit.AnchorFile(o.dataDir)
+	rep, err := audit.Verify(ctx, pool, path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "audit verify: %d chains, %d entries (%d not sealed yet), %d anchors from %s\n",
+		rep.Chains, rep.Entries, rep.Unsealed, rep.Anchors, path)
+	for _, p := range rep.Problems {
+		fmt.Fprintln(stdout, "PROBLEM:", p)
+	}
+	if !rep.OK() {
+		return fmt.Errorf("audit verify: %d problems found: the audit log was tampered with", len(rep.Problems))
+	}
+	fmt.Fprintln(stdout, "audit verify: OK")
+	return nil
+}
+
+// withAppDB connects as the application role: to --database-app-url, or to
+// the embedded cluster — started here (and migrated) when no panel runs, or
+// the running panel's when its data directory is locked.
+func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*pgxpool.Pool) error) error {
+	appURL := o.databaseAppURL
+	if o.databaseURL != "" && appURL == "" {
+		return errors.New("--database-url needs --database-app-url (FLEET_DATABASE_APP_URL)")
+	}
+	if o.databaseURL == "" {
+		pgDir := filepath.Join(o.dataDir, "postgres")
+		lock, err := embedded.LockDataDir(o.dataDir, "a fleetwright command")
+		switch {
+		case err == nil:
+			defer lock.Release()
+			pg, err := embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: pgDir, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer pg.Stop()
+			owner, err := db.Open(ctx, pg.OwnerURL(), 2)
+			if err != nil {
+				return err
+			}
+			err = db.Migrate(ctx, owner, migrations.FS, embedded.AppRole, log)
+			owner.Close()
+			if err != nil {
+				return err
+			}
+			appURL = pg.AppURL()
+		case errors.Is(err, embedded.ErrLocked):
+			pg, err := embedded.Attach(ctx, pgDir)
+			if err != nil {
+				return err
+			}
+			appURL = pg.AppURL()
+		default:
+			return err
+		}
+	}
+	pool, err := db.Open(ctx, appURL, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := db.CheckAppRole(ctx, pool); err != nil {
+		return err
+	}
+	return fn(pool)
+}

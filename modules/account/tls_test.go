@@ -1,0 +1,5 @@
+package account
+
+import "crypto/tls"
+
+var tlsState tls.ConnectionState

@@ -1,0 +1,154 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetwright/fleetwright/app/db"
+)
+
+// Report is the outcome of Verify.
+type Report struct {
+	Chains   int
+	Entries  int
+	Unsealed int
+	Anchors  int
+	// Problems are the findings; none means the log is intact.
+	Problems []string
+}
+
+// OK reports whether nothing was found wrong.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// Verify recomputes every chain from its entries and checks it against the
+// seals and the anchors in anchorPath. It finds an altered entry (its hash
+// no longer matches its seal), a deleted one in the middle (a seal without
+// its entry, or a gap in the seals), and one deleted at the tail (the chain
+// ends before a sequence number that was anchored). Each chain is read in
+// its own tenant's scope, so Verify needs no cross-tenant access.
+func Verify(ctx context.Context, pool *pgxpool.Pool, anchorPath string) (Report, error) {
+	var rep Report
+	anchors, err := readAnchors(anchorPath)
+	if err != nil {
+		return rep, err
+	}
+	rep.Anchors = len(anchors)
+	byChain := map[string][]anchorLine{}
+	for _, a := range anchors {
+		byChain[a.chain] = append(byChain[a.chain], a)
+	}
+	ids, err := chains(ctx, pool)
+	if err != nil {
+		return rep, err
+	}
+	seen := map[string]bool{}
+	for _, chain := range ids {
+		seen[chain] = true
+		err := db.InTenant(ctx, pool, chain, func(tx pgx.Tx) error {
+			return verifyChain(ctx, tx, chain, byChain[chain], &rep)
+		})
+		if err != nil {
+			return rep, err
+		}
+		rep.Chains++
+	}
+	for chain, as := range byChain {
+		if !seen[chain] {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("chain %s: anchored at seq %d (anchor line %d) but gone from the database", chain, as[len(as)-1].seq, as[len(as)-1].line))
+		}
+	}
+	return rep, nil
+}
+
+type seal struct {
+	seq     int64
+	entryID int64
+	hash    []byte
+}
+
+func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorLine, rep *Report) error {
+	name := chain
+	if chain == System {
+		name = "system"
+	}
+	problem := func(format string, a ...any) {
+		rep.Problems = append(rep.Problems, "chain "+name+": "+fmt.Sprintf(format, a...))
+	}
+	rows, err := tx.Query(ctx, `SELECT seq, entry_id, hash FROM audit_seals WHERE chain = $1 ORDER BY seq`, chain)
+	if err != nil {
+		return fmt.Errorf("audit: verify: %w", err)
+	}
+	var seals []seal
+	for rows.Next() {
+		var s seal
+		if err := rows.Scan(&s.seq, &s.entryID, &s.hash); err != nil {
+			rows.Close()
+			return fmt.Errorf("audit: verify: %w", err)
+		}
+		seals = append(seals, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: verify: %w", err)
+	}
+	entries := map[int64]record{}
+	rows, err = tx.Query(ctx, `SELECT `+recordColumns+` FROM audit_log WHERE tenant_id = $1`, chain)
+	if err != nil {
+		return fmt.Errorf("audit: verify: %w", err)
+	}
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("audit: verify: %w", err)
+		}
+		entries[r.ID] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: verify: %w", err)
+	}
+	rep.Entries += len(entries)
+	var prev []byte
+	hashAt := map[int64][]byte{}
+	sealed := map[int64]bool{}
+	want := int64(1)
+	for _, s := range seals {
+		if s.seq != want {
+			problem("seals %d to %d are missing (entries deleted from the middle)", want, s.seq-1)
+		}
+		want = s.seq + 1
+		sealed[s.entryID] = true
+		hashAt[s.seq] = s.hash
+		r, ok := entries[s.entryID]
+		switch {
+		case !ok:
+			problem("entry %d (seq %d) was deleted", s.entryID, s.seq)
+		case !bytes.Equal(chainHash(prev, r), s.hash):
+			problem("entry %d (seq %d, %s by %s) was altered after it was sealed", s.entryID, s.seq, r.Action, r.Actor)
+		}
+		// Chain on from the stored hash, so one altered entry is reported
+		// once rather than as every entry after it.
+		prev = s.hash
+	}
+	last := want - 1
+	for _, a := range anchors {
+		switch h, ok := hashAt[a.seq]; {
+		case a.seq > last:
+			problem("ends at seq %d but seq %d was anchored (anchor line %d): entries deleted at the tail", last, a.seq, a.line)
+		case !ok:
+		case !bytes.Equal(h, a.hash):
+			problem("seal %d differs from its anchor (line %d): the chain was rewritten", a.seq, a.line)
+		}
+	}
+	for id := range entries {
+		if !sealed[id] {
+			rep.Unsealed++
+		}
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package panel_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/proto"
+	"github.com/pquerna/otp/totp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/browser"
+	"github.com/fleetwright/fleetwright/modules/auth"
+)
+
+// TestBrowserSignInEnrolSignOutAndReplay drives real headless Chromium
+// through the whole first-day flow of an admin.
+func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
+	c := newConsole(t)
+	const email, password = "first.admin@fleet.test", "Quiet-Harbour-Lantern-42"
+	c.user(t, email, auth.Admin, password)
+	c.tenant(t, "acme")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	b, err := browser.Launch(ctx, browser.Options{Width: 1280, Height: 860})
+	require.NoError(t, err)
+	defer b.Close()
+	p, err := b.Page(ctx)
+	require.NoError(t, err)
+	p = p.Timeout(30 * time.Second)
+	shots := os.Getenv("FLEET_SCREENSHOTS") // a directory to save screenshots in, for people
+	shot := func(name string) {
+		if shots == "" {
+			return
+		}
+		data, err := p.Screenshot(true, &proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng})
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), data, 0o644))
+	}
+	title := func() string { return p.MustElement(`[data-testid="page-title"]`).MustText() }
+	signIn := func() {
+		require.NoError(t, p.Navigate(c.srv.URL+"/"))
+		p.MustWaitLoad()
+		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"), p.MustInfo().URL)
+		p.MustElement(`[data-testid="email"]`).MustInput(email)
+		p.MustElement(`[data-testid="password"]`).MustInput(password)
+		wait := p.MustWaitNavigation()
+		p.MustElement(`[data-testid="signin-submit"]`).MustClick()
+		wait()
+		require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
+	}
+	enterCode := func(code string) {
+		p.MustElement(`[data-testid="code"]`).MustInput(code)
+		wait := p.MustWaitNavigation()
+		p.MustElement(`[data-testid="mfa-submit"]`).MustClick()
+		wait()
+	}
+	signOut := func() {
+		wait := p.MustWaitNavigation()
+		p.MustElement(`[data-testid="who"] button`).MustClick()
+		wait()
+		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"))
+	}
+
+	// The sign-in page, then enrolment: QR code and the key on the page.
+	require.NoError(t, p.Navigate(c.srv.URL+"/signin"))
+	p.MustWaitLoad()
+	shot("signin")
+	signIn()
+	require.True(t, p.MustHas(`[data-testid="totp-qr"]`))
+	qrLoaded := p.MustEval(`() => { const i = document.querySelector('[data-testid="totp-qr"]'); return i.complete && i.naturalWidth > 0 }`).Bool()
+	require.True(t, qrLoaded, "the server-rendered QR PNG displays")
+	shot("enrol")
+	secret := strings.ReplaceAll(p.MustElement(`[data-testid="totp-secret"]`).MustText(), " ", "")
+	now := time.Now()
+	first, err := totp.GenerateCode(secret, now)
+	require.NoError(t, err)
+	enterCode(first)
+	require.Equal(t, "Overview", title())
+	require.Contains(t, p.MustElement(`[data-testid="flash"]`).MustText(), "Two-factor authentication is set up")
+
+	// Sign out, and in again with the next step's code: within the skew,
+	// and above the step just used.
+	signOut()
+	signIn()
+	next, err := totp.GenerateCode(secret, now.Add(30*time.Second))
+	require.NoError(t, err)
+	enterCode(next)
+	require.Equal(t, "Overview", title())
+
+	// The audit page shows what just happened.
+	require.NoError(t, p.Navigate(c.srv.URL+"/audit"))
+	p.MustWaitLoad()
+	require.Equal(t, "Audit log", title())
+	actions := map[string]int{}
+	for _, row := range p.MustElements(`[data-testid="audit-row"]`) {
+		actions[*row.MustAttribute("data-action")]++
+	}
+	for _, want := range []string{"signin.password_ok", "mfa.enrolled", "signin.succeeded", "signout"} {
+		require.Positive(t, actions[want], "audit page shows %s: %v", want, actions)
+	}
+	require.Equal(t, 2, actions["signin.succeeded"])
+	shot("audit")
+	require.NoError(t, p.Navigate(c.srv.URL+"/admin/users"))
+	p.MustWaitLoad()
+	require.True(t, p.MustHas(`[data-testid="user-`+email+`"]`))
+	shot("users")
+	require.NoError(t, p.Navigate(c.srv.URL+"/account"))
+	p.MustWaitLoad()
+	shot("account")
+
+	// A replayed code is refused, though still inside its time window.
+	signOut()
+	signIn()
+	enterCode(next)
+	require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
+	require.Contains(t, p.MustElement(`[data-testid="mfa-error"]`).MustText(), "already used")
+	shot("replay")
+	// And the refused page still reaches nothing else.
+	require.NoError(t, p.Navigate(c.srv.URL+"/audit"))
+	p.MustWaitLoad()
+	require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
+	_ = rod.Try
+}

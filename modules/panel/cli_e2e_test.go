@@ -1,0 +1,69 @@
+package panel_test
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/testenv"
+)
+
+// TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase runs the
+// commands with and without a panel on the data dir, then tampers with the
+// log as the cluster's superuser and expects audit verify to say so.
+func TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase(t *testing.T) {
+	dir := dataDir(t)
+	bin := testenv.Binary(t)
+	run := func(args ...string) (int, string) {
+		p := testenv.Start(t, bin, append(args, "--data-dir="+dir))
+		code := p.Wait(90 * time.Second)
+		return code, p.Output()
+	}
+	// No panel running: the command starts the cluster itself.
+	code, out := run("admin", "create-user", "--email=first@fleet.test", "--role=admin")
+	require.Equal(t, 0, code, out)
+	m := regexp.MustCompile(`one-time password: (\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	require.Len(t, m[1], 20)
+	code, out = run("admin", "create-user", "--email=first@fleet.test", "--role=admin")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "already exists")
+	code, out = run("admin", "create-user", "--email=x@fleet.test", "--role=boss")
+	require.Equal(t, 2, code)
+	require.Contains(t, out, "must be one of admin, operator, viewer")
+
+	// With a panel running on the same data dir, the commands attach to its cluster.
+	p, _ := startPanel(t, dir, "--audit-seal-interval=1s")
+	code, out = run("admin", "disable-user", "--email=first@fleet.test")
+	require.Equal(t, 0, code, out)
+	code, out = run("admin", "reset-mfa", "--email=nobody@fleet.test")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "no user with email nobody@fleet.test")
+	p.WaitFor(`msg="audit anchor" component=audit chain=00000000-0000-0000-0000-000000000000 seq=2`, 30*time.Second)
+	code, out = run("audit", "verify")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "audit verify: OK")
+
+	// A superuser edits the creation entry behind the app's back.
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(dir, "postgres"))
+	require.NoError(t, err)
+	c, err := pgx.Connect(ctx, pg.SuperURL(embedded.Database))
+	require.NoError(t, err)
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, "SET session_replication_role = replica")
+	require.NoError(t, err)
+	_, err = c.Exec(ctx, "UPDATE audit_log SET detail = '{\"role\": \"viewer\"}' WHERE action = 'user.created'")
+	require.NoError(t, err)
+	code, out = run("audit", "verify")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "was altered after it was sealed")
+	require.True(t, strings.Contains(out, "tampered"), out)
+}
