@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -42,7 +43,7 @@ type Command struct {
 
 // Enqueue persists a command for an agent and wakes the replica holding its
 // connection (NOTIFY is delivered at commit, only if the insert commits).
-func (s *Store) Enqueue(ctx context.Context, tenant, agentID, kind string, body CommandBody, by string) (string, error) {
+func (s *Store) Enqueue(ctx context.Context, tenant, agentID, kind string, body CommandBody, by audit.Entry) (string, error) {
 	switch kind {
 	case CmdPause, CmdResume, CmdRetire, CmdRotateCredentials, CmdConfigure:
 	case CmdRestartWorker:
@@ -63,9 +64,15 @@ func (s *Store) Enqueue(ctx context.Context, tenant, agentID, kind string, body 
 	return id, nil
 }
 
-func enqueueTx(ctx context.Context, tx pgx.Tx, tenant, agentID, kind string, body []byte, by string, id *string) error {
+func enqueueTx(ctx context.Context, tx pgx.Tx, tenant, agentID, kind string, body []byte, by audit.Entry, id *string) error {
 	if err := tx.QueryRow(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
-		VALUES ($1, $2, $3, $4, $5) RETURNING id::text`, tenant, agentID, kind, body, by).Scan(id); err != nil {
+		VALUES ($1, $2, $3, $4, $5) RETURNING id::text`, tenant, agentID, kind, body, by.Actor).Scan(id); err != nil {
+		return err
+	}
+	var detail map[string]any
+	_ = json.Unmarshal(body, &detail)
+	by.Action, by.Target, by.Detail = "fleet.agent."+kind, "agent "+agentID, detail
+	if err := audit.Append(ctx, tx, by); err != nil {
 		return err
 	}
 	if kind == CmdPause || kind == CmdResume {
@@ -79,7 +86,7 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, tenant, agentID, kind string, bod
 
 // Retire deletes an agent: it leaves a tombstone (its token is answered
 // "retired") and a retire command for a connected agent.
-func (s *Store) Retire(ctx context.Context, tenant, agentID, reason, by string) error {
+func (s *Store) Retire(ctx context.Context, tenant, agentID, reason string, by audit.Entry) error {
 	b, _ := json.Marshal(CommandBody{Reason: reason})
 	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE agents SET retired_at = now() WHERE id = $1 AND retired_at IS NULL`, agentID)

@@ -20,12 +20,16 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/agent"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// ops is the actor of the tests' changes.
+var ops = audit.Entry{Actor: "ops@example.com"}
 
 type bundle struct {
 	db     *testenv.Database
@@ -70,9 +74,9 @@ func (b *bundle) agent(t *testing.T, key string) (id, token string) {
 	ctx := context.Background()
 	acct, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: key, BoardURL: "http://127.0.0.1:1",
 		Username: "user-" + key, Password: "pw-" + key + "-Secret!", TOTPSecret: "JBSWY3DPEHPK3PXP",
-		Workers: []wire.WorkerSpec{{Name: "idle-1", Kind: "idle"}}})
+		Workers: []wire.WorkerSpec{{Name: "idle-1", Kind: "idle"}}}, ops)
 	require.NoError(t, err)
-	id, token, err = b.store.CreateAgent(ctx, b.tenant, acct, "agent-"+key)
+	id, token, err = b.store.CreateAgent(ctx, b.tenant, acct, "agent-"+key, ops)
 	require.NoError(t, err)
 	return id, token
 }
@@ -145,7 +149,7 @@ func TestAgentConnectsReportsAndObeysACommandFromAnotherReplica(t *testing.T) {
 
 	// Replica b's operator pauses it: the command is persisted and the
 	// NOTIFY wakes replica a, which holds the connection.
-	_, err := b.store.Enqueue(context.Background(), b.tenant, id, fleet.CmdPause, fleet.CommandBody{Reason: "test"}, "ops")
+	_, err := b.store.Enqueue(context.Background(), b.tenant, id, fleet.CmdPause, fleet.CommandBody{Reason: "test"}, ops)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return b.read(t, id).State.Paused }, 10*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 5*time.Second, 50*time.Millisecond, "the command is acknowledged")
@@ -157,7 +161,7 @@ func TestAgentConnectsReportsAndObeysACommandFromAnotherReplica(t *testing.T) {
 	_, err = super.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE 'LISTEN%'`)
 	require.NoError(t, err)
-	_, err = b.store.Enqueue(context.Background(), b.tenant, id, fleet.CmdResume, fleet.CommandBody{}, "ops")
+	_, err = b.store.Enqueue(context.Background(), b.tenant, id, fleet.CmdResume, fleet.CommandBody{}, ops)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !b.read(t, id).State.Paused }, 15*time.Second, 50*time.Millisecond)
 }
@@ -174,7 +178,7 @@ func TestDeletedAgentRetiresItselfAndLeavesNoSecret(t *testing.T) {
 	id, token := b.agent(t, "acct-2")
 	dir, done := runAgent(t, url, token)
 	require.Eventually(t, func() bool { return b.read(t, id).Connected }, 15*time.Second, 50*time.Millisecond)
-	require.NoError(t, b.store.Retire(context.Background(), b.tenant, id, "account closed", "ops"))
+	require.NoError(t, b.store.Retire(context.Background(), b.tenant, id, "account closed", ops))
 	select {
 	case err := <-done:
 		require.Equal(t, agent.ExitRetired, agent.ExitCode(err), "%v", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -82,7 +83,7 @@ func (in AccountInput) Validate() error {
 
 // CreateAccount stores an account; its secrets are sealed with the panel's
 // key, bound to the account's id, and never shown again.
-func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInput) (string, error) {
+func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInput, by audit.Entry) (string, error) {
 	if err := in.Validate(); err != nil {
 		return "", err
 	}
@@ -101,9 +102,13 @@ func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInpu
 		}
 		pt, _ := json.Marshal(sealedSecrets{Password: in.Password, TOTPSecret: in.TOTPSecret})
 		box := s.vault.Seal(pt, "account:"+id)
-		_, err := tx.Exec(ctx, `INSERT INTO accounts (id, tenant_id, account_key, region, board_url, username, secret_box, workers)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, tenant, in.Key, in.Region, in.BoardURL, in.Username, box, workers)
-		return err
+		if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, tenant_id, account_key, region, board_url, username, secret_box, workers)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, tenant, in.Key, in.Region, in.BoardURL, in.Username, box, workers); err != nil {
+			return err
+		}
+		by.Action, by.Target = "fleet.account.create", "account "+in.Key
+		by.Detail = map[string]any{"account_id": id, "region": in.Region, "board_url": in.BoardURL, "username": in.Username, "workers": in.Workers}
+		return audit.Append(ctx, tx, by)
 	})
 	if err != nil {
 		return "", fmt.Errorf("fleet: create account: %w", err)
@@ -113,11 +118,14 @@ func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInpu
 
 // SetWorkers replaces an account's worker specs (the agents get a configure
 // command from the caller).
-func (s *Store) SetWorkers(ctx context.Context, tenant, accountID string, workers []wire.WorkerSpec) error {
+func (s *Store) SetWorkers(ctx context.Context, tenant, accountID string, workers []wire.WorkerSpec, by audit.Entry) error {
 	b, _ := json.Marshal(workers)
 	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE accounts SET workers = $2 WHERE id = $1`, accountID, b)
-		return err
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET workers = $2 WHERE id = $1`, accountID, b); err != nil {
+			return err
+		}
+		by.Action, by.Target, by.Detail = "fleet.account.workers", "account "+accountID, map[string]any{"workers": workers}
+		return audit.Append(ctx, tx, by)
 	})
 }
 
@@ -151,12 +159,17 @@ func tenantOfToken(token string) (string, bool) {
 
 // CreateAgent creates the agent of an account and returns its token, which is
 // shown once and stored only as its SHA-256.
-func (s *Store) CreateAgent(ctx context.Context, tenant, accountID, name string) (id, token string, err error) {
+func (s *Store) CreateAgent(ctx context.Context, tenant, accountID, name string, by audit.Entry) (id, token string, err error) {
 	token, hash := newToken(tenant)
 	logging.RegisterSecret(token)
 	err = db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `INSERT INTO agents (tenant_id, account_id, name, token_hash, token_hint)
-			VALUES ($1, $2, $3, $4, $5) RETURNING id::text`, tenant, accountID, name, hash, hint(token)).Scan(&id)
+		if err := tx.QueryRow(ctx, `INSERT INTO agents (tenant_id, account_id, name, token_hash, token_hint)
+			VALUES ($1, $2, $3, $4, $5) RETURNING id::text`, tenant, accountID, name, hash, hint(token)).Scan(&id); err != nil {
+			return err
+		}
+		by.Action, by.Target = "fleet.agent.create", "agent "+name
+		by.Detail = map[string]any{"agent_id": id, "account_id": accountID, "token_hint": hint(token)}
+		return audit.Append(ctx, tx, by)
 	})
 	if err != nil {
 		return "", "", fmt.Errorf("fleet: create agent: %w", err)
@@ -166,7 +179,7 @@ func (s *Store) CreateAgent(ctx context.Context, tenant, accountID, name string)
 
 // RotateToken issues a new token for an agent; the old one stops working at
 // once (the agent then answers "unknown token" until given the new one).
-func (s *Store) RotateToken(ctx context.Context, tenant, agentID string) (string, error) {
+func (s *Store) RotateToken(ctx context.Context, tenant, agentID string, by audit.Entry) (string, error) {
 	token, hash := newToken(tenant)
 	logging.RegisterSecret(token)
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
@@ -175,7 +188,11 @@ func (s *Store) RotateToken(ctx context.Context, tenant, agentID string) (string
 		if err == nil && tag.RowsAffected() == 0 {
 			err = errors.New("no such live agent")
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		by.Action, by.Target, by.Detail = "fleet.agent.rotate_token", "agent "+agentID, map[string]any{"token_hint": hint(token)}
+		return audit.Append(ctx, tx, by)
 	})
 	if err != nil {
 		return "", fmt.Errorf("fleet: rotate token: %w", err)

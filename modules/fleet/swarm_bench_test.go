@@ -99,11 +99,11 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	var tenant string
 	require.NoError(b, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('swarm', 'Swarm') RETURNING id::text`).Scan(&tenant))
 	acct, err := store.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "swarm", BoardURL: "http://127.0.0.1:1",
-		Username: "u", Password: "swarm-password", TOTPSecret: "JBSWY3DPEHPK3PXP"})
+		Username: "u", Password: "swarm-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	require.NoError(b, err)
 	tokens := make([]string, n+1)
 	for i := range tokens {
-		_, tokens[i], err = store.CreateAgent(ctx, tenant, acct, fmt.Sprintf("a%d", i))
+		_, tokens[i], err = store.CreateAgent(ctx, tenant, acct, fmt.Sprintf("a%d", i), ops)
 		require.NoError(b, err)
 	}
 	dir, _ := os.MkdirTemp(testenv.Dir(b), "swarm-")

@@ -24,9 +24,11 @@ import (
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/panel"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 )
@@ -63,8 +65,11 @@ func newConsole(t *testing.T) *console {
 	// redacting layer the binary uses.
 	log := slog.New(logging.Wrap(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	reg := prometheus.NewRegistry()
+	v, err := vault.New(make([]byte, vault.KeySize))
+	require.NoError(t, err)
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
-		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour}})
+		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
+		Fleet: fleet.NewStore(d.App, v)})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
 	return &console{d: d, h: h, srv: srv, logs: logs}

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
 )
@@ -30,6 +31,8 @@ type HTTPDeps struct {
 	// AgentGateway serves /agent/ws; agents authenticate inside its
 	// handshake with their own tokens, not with console sessions.
 	AgentGateway http.Handler
+	// Fleet is the fleet store behind the fleet pages (nil: no fleet pages).
+	Fleet *fleet.Store
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -71,6 +74,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		if d.Fleet != nil {
+			fleet.Mount(r, fleet.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
+		}
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { auth.NotFound(w, req) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {

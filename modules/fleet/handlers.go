@@ -1,0 +1,189 @@
+package fleet
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Deps are what the fleet pages need.
+type Deps struct {
+	Store *Store
+	Shell *auth.Shell
+	Log   *slog.Logger
+}
+
+// Mount adds the fleet pages: reading needs fleet.read on the tenant,
+// every change fleet.steer; each change is audited with the command.
+func Mount(r chi.Router, d Deps) {
+	r.Method(http.MethodGet, "/t/{tenant}/fleet", auth.Require(auth.FleetRead, d.page))
+	r.Method(http.MethodGet, "/t/{tenant}/fleet/rows", auth.Require(auth.FleetRead, d.rows))
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts", auth.Require(auth.FleetSteer, d.createAccount))
+	for _, a := range []struct {
+		path string
+		h    http.HandlerFunc
+	}{
+		{"pause", d.command(CmdPause)},
+		{"resume", d.command(CmdResume)},
+		{"restart-worker", d.command(CmdRestartWorker)},
+		{"retire", d.retire},
+		{"rotate-token", d.rotateToken},
+	} {
+		r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/"+a.path, auth.Require(auth.FleetSteer, a.h))
+	}
+}
+
+func render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = c.Render(r.Context(), w)
+}
+
+func actor(r *http.Request) audit.Entry {
+	u := auth.UserFrom(r.Context())
+	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr}
+}
+
+func (d Deps) model(r *http.Request) (PageModel, error) {
+	t, _ := auth.TenantFrom(r.Context())
+	f, err := d.Store.List(r.Context(), t.ID)
+	if err != nil {
+		return PageModel{}, err
+	}
+	return PageModel{Slug: t.Slug, Fleet: f, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer), Now: time.Now()}, nil
+}
+
+func (d Deps) page(w http.ResponseWriter, r *http.Request) {
+	m, err := d.model(r)
+	if err != nil {
+		d.Log.Error("fleet page", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	t, _ := auth.TenantFrom(r.Context())
+	render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+}
+
+func (d Deps) rows(w http.ResponseWriter, r *http.Request) {
+	m, err := d.model(r)
+	if err != nil {
+		d.Log.Error("fleet rows", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	render(w, r, http.StatusOK, Rows(m))
+}
+
+func (d Deps) back(w http.ResponseWriter, r *http.Request, kind, text string) {
+	t, _ := auth.TenantFrom(r.Context())
+	auth.Flash(w, kind, text)
+	http.Redirect(w, r, "/t/"+t.Slug+"/fleet", http.StatusSeeOther)
+}
+
+func (d Deps) command(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, _ := auth.TenantFrom(r.Context())
+		body := CommandBody{Worker: r.FormValue("worker"), Reason: "from the console by " + auth.UserFrom(r.Context()).Email}
+		if _, err := d.Store.Enqueue(r.Context(), t.ID, chi.URLParam(r, "agent"), kind, body, actor(r)); err != nil {
+			d.Log.Warn("fleet command", "kind", kind, "err", err)
+			d.back(w, r, "bad", "The command could not be sent: "+err.Error())
+			return
+		}
+		d.back(w, r, "ok", "Sent "+strings.ReplaceAll(kind, "_", " ")+"; the agent confirms it within seconds.")
+	}
+}
+
+func (d Deps) retire(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	if err := d.Store.Retire(r.Context(), t.ID, chi.URLParam(r, "agent"), "retired from the console", actor(r)); err != nil {
+		d.back(w, r, "bad", "The agent could not be retired: "+err.Error())
+		return
+	}
+	d.back(w, r, "ok", "Agent retired: it wipes its credentials and stops; its token now answers \"retired\".")
+}
+
+// showToken renders the page with a token shown once; the page is never
+// cached, and the token is in no redirect, log or flash cookie.
+func (d Deps) showToken(w http.ResponseWriter, r *http.Request, agentName, token string) {
+	m, err := d.model(r)
+	if err != nil {
+		auth.ServerError(w, r)
+		return
+	}
+	m.NewToken, m.NewTokenAgent = token, agentName
+	t, _ := auth.TenantFrom(r.Context())
+	render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+}
+
+func (d Deps) rotateToken(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	token, err := d.Store.RotateToken(r.Context(), t.ID, chi.URLParam(r, "agent"), actor(r))
+	if err != nil {
+		d.back(w, r, "bad", "No new token: "+err.Error())
+		return
+	}
+	d.showToken(w, r, chi.URLParam(r, "agent"), token)
+}
+
+// parseWorkers reads one worker kind per line, naming them kind-1, kind-2….
+func parseWorkers(s string) ([]wire.WorkerSpec, error) {
+	var out []wire.WorkerSpec
+	count := map[string]int{}
+	for _, line := range strings.Split(s, "\n") {
+		kind := strings.TrimSpace(line)
+		if kind == "" {
+			continue
+		}
+		switch kind {
+		case "watcher", "actor", "http_actor":
+		default:
+			return nil, errors.New("unknown worker kind " + kind + " (watcher, actor, http_actor)")
+		}
+		count[kind]++
+		out = append(out, wire.WorkerSpec{Name: kind + "-" + string(rune('0'+count[kind])), Kind: kind})
+	}
+	return out, nil
+}
+
+func (d Deps) createAccount(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	workers, err := parseWorkers(r.FormValue("workers"))
+	in := AccountInput{Key: strings.TrimSpace(r.FormValue("key")), Region: strings.TrimSpace(r.FormValue("region")),
+		BoardURL: strings.TrimSpace(r.FormValue("board_url")), Username: strings.TrimSpace(r.FormValue("username")),
+		Password: r.FormValue("password"), TOTPSecret: strings.TrimSpace(r.FormValue("totp_secret")), Workers: workers}
+	if err == nil {
+		err = in.Validate()
+	}
+	var id string
+	if err == nil {
+		id, err = d.Store.CreateAccount(r.Context(), t.ID, in, actor(r))
+	}
+	if err != nil {
+		m, merr := d.model(r)
+		if merr != nil {
+			auth.ServerError(w, r)
+			return
+		}
+		m.Error = strings.TrimPrefix(err.Error(), "fleet: ")
+		render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+		return
+	}
+	name := "agent-" + in.Key
+	_, token, err := d.Store.CreateAgent(r.Context(), t.ID, id, name, actor(r))
+	if err != nil {
+		d.Log.Error("create agent", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	d.showToken(w, r, name, token)
+}
