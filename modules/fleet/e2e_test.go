@@ -1,0 +1,111 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-rod/rod"
+	"github.com/pquerna/otp/totp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/browser"
+	"github.com/fleetwright/fleetwright/app/testenv"
+)
+
+// TestConsoleSeesRealAgentsAndPausesOne is issue 4's end-to-end test: the
+// panel binary, three agent processes of the same binary, the console in
+// headless Chromium. An operator signs in, adds three accounts (each token
+// shown once goes into an agent's token file), watches them come online
+// without reloading, pauses one, and sees that agent report itself paused.
+func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
+	bin := testenv.Binary(t)
+	dir, err := os.MkdirTemp(testenv.Dir(t), "e2e-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	panel := testenv.Start(t, bin, []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir})
+	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
+
+	admin := testenv.Start(t, bin, []string{"admin", "create-user", "--email=ops@fleet.test", "--role=admin", "--data-dir=" + dir})
+	require.Equal(t, 0, admin.Wait(time.Minute), admin.Output())
+	password := regexp.MustCompile(`one-time password: (\S+)`).FindStringSubmatch(admin.Output())[1]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b, err := browser.Launch(ctx, browser.Options{Width: 1440, Height: 900})
+	require.NoError(t, err)
+	defer b.Close()
+	p, err := b.Page(ctx)
+	require.NoError(t, err)
+
+	nav := func(path string) {
+		require.NoError(t, p.Navigate(base+path))
+		p.MustWaitLoad()
+	}
+	submit := func(el *rod.Element) {
+		wait := p.MustWaitNavigation()
+		el.MustClick()
+		wait()
+	}
+	nav("/signin")
+	p.MustElement(`[data-testid="email"]`).MustInput("ops@fleet.test")
+	p.MustElement(`[data-testid="password"]`).MustInput(password)
+	submit(p.MustElement(`[data-testid="signin-submit"]`))
+	secret := strings.ReplaceAll(p.MustElement(`[data-testid="totp-secret"]`).MustText(), " ", "")
+	code, err := totp.GenerateCode(secret, time.Now())
+	require.NoError(t, err)
+	p.MustElement(`[data-testid="code"]`).MustInput(code)
+	submit(p.MustElement(`[data-testid="mfa-submit"]`))
+
+	nav("/admin/tenants")
+	p.MustElement(`input[name="name"]`).MustInput("Acme Freight")
+	p.MustElement(`input[name="slug"]`).MustInput("acme")
+	submit(p.MustElement(`form button[type="submit"]`))
+
+	for i := 1; i <= 3; i++ {
+		nav("/t/acme/fleet")
+		form := p.MustElement(`[data-testid="add-account"]`)
+		form.MustElement(`input[name="key"]`).MustInput(fmt.Sprintf("acct-%d", i))
+		form.MustElement(`input[name="board_url"]`).MustInput("http://127.0.0.1:9")
+		form.MustElement(`input[name="username"]`).MustInput(fmt.Sprintf("dispatch%d", i))
+		form.MustElement(`input[name="password"]`).MustInput(fmt.Sprintf("board-Password-%d", i))
+		form.MustElement(`input[name="totp_secret"]`).MustInput("JBSWY3DPEHPK3PXP")
+		form.MustElement(`textarea[name="workers"]`).MustSelectAllText().MustInput("")
+		submit(form.MustElement(`button[type="submit"]`))
+		token := p.MustElement(`[data-testid="token-value"]`).MustText()
+		require.True(t, strings.HasPrefix(token, "fwa_"), token)
+
+		state := filepath.Join(dir, fmt.Sprintf("agent-%d", i))
+		require.NoError(t, os.MkdirAll(state, 0o700))
+		tok := filepath.Join(state, "token")
+		require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
+		testenv.Start(t, bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + state})
+	}
+
+	// Online without a reload: the rows poll.
+	nav("/t/acme/fleet")
+	online := p.MustElement(`[data-testid="online"]`)
+	require.Equal(t, "0 / 3", strings.TrimSpace(online.MustText()), "the page was rendered before the agents connected")
+	require.Eventually(t, func() bool {
+		return len(p.MustElements(`[data-testid="status"] .badge.ok`)) == 3
+	}, time.Minute, 200*time.Millisecond, "three agents online in the live table")
+
+	row := p.MustElement(`[data-testid="agent-agent-acct-2"]`)
+	submit(row.MustElement(`[data-testid="pause"]`))
+	require.Contains(t, p.MustElement(`[data-testid="flash"]`).MustText(), "Sent pause")
+	require.Eventually(t, func() bool {
+		has, _, _ := p.Has(`[data-testid="agent-agent-acct-2"] [data-testid="paused"]`)
+		return has
+	}, time.Minute, 200*time.Millisecond, "the agent reports itself paused")
+	has, _, err := p.Has(`[data-testid="agent-agent-acct-1"] [data-testid="paused"]`)
+	require.NoError(t, err)
+	require.False(t, has, "only that agent")
+
+	nav("/audit")
+	require.Contains(t, p.MustElement(`body`).MustText(), "fleet.agent.pause")
+}
