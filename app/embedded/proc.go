@@ -11,51 +11,19 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetwright/fleetwright/app/unit"
 )
 
-// spawnReq asks the spawner thread to start a command.
-type spawnReq struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-var (
-	spawnOnce sync.Once
-	spawnCh   chan spawnReq
-)
-
-// start launches cmd from one OS thread that stays locked for the life of the
-// process. Pdeathsig is delivered when the *thread* that forked the child
-// exits, not the process: starting children from an arbitrary goroutine would
-// kill them whenever the Go runtime retired that thread. A thread that never
-// unlocks only ends with the process, so a SIGKILLed panel still takes its
-// Postgres and Redis down with it.
+// start launches cmd in its own process group with deathSig delivered when
+// the panel dies, however it dies (see unit.StartProcess for why one locked
+// thread starts every child).
 func start(cmd *exec.Cmd, deathSig syscall.Signal) error {
-	spawnOnce.Do(func() {
-		spawnCh = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread()
-			for r := range spawnCh {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = deathSig
-	// Own process group: a Ctrl-C in the terminal reaches the panel only, and
-	// the panel stops its children in order.
-	cmd.SysProcAttr.Setpgid = true
-	done := make(chan error, 1)
-	spawnCh <- spawnReq{cmd: cmd, done: done}
-	return <-done
+	return unit.StartProcess(cmd, deathSig)
 }
 
 // runAs describes the system user the database runs as.

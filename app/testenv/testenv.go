@@ -204,7 +204,7 @@ type Database struct {
 // DB returns a fresh migrated database for t, dropped when t ends.
 func DB(t testing.TB) *Database {
 	t.Helper()
-	return newDB(t, template)
+	return newDB(t, "")
 }
 
 // EmptyDB returns a fresh database with no migrations applied, for tests of
@@ -214,11 +214,15 @@ func EmptyDB(t testing.TB) *Database {
 	return newDB(t, "template0")
 }
 
+// newDB copies from, or the migrated template when from is empty.
 func newDB(t testing.TB, from string) *Database {
 	t.Helper()
 	pgOnce.Do(func() { startPostgres(t) })
 	if pgErr != nil {
 		t.Fatalf("testenv: postgres: %v", pgErr)
+	}
+	if from == "" {
+		from = template
 	}
 	ctx := context.Background()
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), dbCounter.Add(1))

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -26,8 +27,10 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/static"
 )
 
@@ -45,6 +48,10 @@ type Config struct {
 	DBMaxConns       int
 	PGMaxConnections int
 	ShutdownTimeout  time.Duration
+	// SecretKeyFile holds the key that seals platform credentials at rest;
+	// empty means DataDir/secret.key (created on first start). The
+	// FLEET_SECRET_KEY variable, when set, wins over any file.
+	SecretKeyFile string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
 }
@@ -65,6 +72,8 @@ func (c *Config) Register(s *config.Set) {
 		"max_connections of the embedded cluster (at least 200)", panel)
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "FLEET_SHUTDOWN_TIMEOUT", 30*time.Second,
 		"how long a graceful stop may take before connections are cut", panel)
+	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
+		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
 
 // Validate checks the combination of settings before anything starts.
@@ -99,9 +108,15 @@ type Panel struct {
 	Router chi.Router
 	// ReplicaID names this process among the panel replicas sharing the database.
 	ReplicaID string
-	srv       *server.Server
-	hbStop    context.CancelFunc
-	hbDone    chan struct{}
+	// InstallationID identifies this installation (its database) to agents.
+	InstallationID string
+	Fleet          *fleet.Store
+	Gateway        *fleet.Gateway
+	srv            *server.Server
+	bg             sync.WaitGroup
+	bgStop         context.CancelFunc
+	hbStop         context.CancelFunc
+	hbDone         chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -210,7 +225,35 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: start river: %w", err)
 	}
 
+	if err := p.DB.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&p.InstallationID); err != nil {
+		return fmt.Errorf("panel: read installation id: %w", err)
+	}
+	keyFile := cfg.SecretKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.DataDir, "secret.key")
+	}
+	key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
+	if err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	v, err := vault.New(key)
+	if err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	p.Fleet = fleet.NewStore(p.DB, v)
+	p.Gateway = fleet.NewGateway(p.Fleet, nil, fleet.GatewayConfig{
+		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg}, log)
+	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
+	p.bgStop = bgStop
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		// The LISTEN loop recovers on its own; it is not supervised.
+		p.Gateway.Listen(bgCtx, appURL)
+	}()
+
 	p.Router = server.NewRouter(log, p.Reg)
+	p.Router.Get("/agent/ws", p.Gateway.ServeHTTP)
 	server.Mount(p.Router, p.Health, p.Reg)
 	static.Mount(p.Router)
 	console.Mount(p.Router, console.Deps{DB: p.DB, Health: p.Health, Version: cfg.Version})
@@ -258,9 +301,17 @@ func (p *Panel) Stop() {
 			p.log.Warn("http shutdown cut connections", "err", err)
 		}
 	}
+	if p.Gateway != nil {
+		// WebSockets are hijacked connections: Shutdown does not wait for them.
+		p.Gateway.CloseAll()
+	}
 	if p.hbStop != nil {
 		p.hbStop()
 		<-p.hbDone
+	}
+	if p.bgStop != nil {
+		p.bgStop()
+		p.bg.Wait()
 	}
 	if p.River != nil {
 		if err := p.River.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -1,0 +1,591 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Claims is the claim engine as the gateway sees it. Tenant and holder come
+// from the authenticated connection, never from the message.
+type Claims interface {
+	Detected(ctx context.Context, tenant, agentID string, d wire.Detected, offset wire.Estimate)
+	Lease(ctx context.Context, tenant string, h claim.Holder, r wire.LeaseRequest) wire.LeaseResult
+	Act(ctx context.Context, tenant string, h claim.Holder, r wire.ActRequest) wire.ActResult
+	Outcome(ctx context.Context, tenant string, h claim.Holder, o wire.Outcome, offset wire.Estimate) wire.OutcomeAck
+	// AgentLost is told when an agent's connection ends: its actions in
+	// flight can no longer be reported and become UNKNOWN.
+	AgentLost(ctx context.Context, tenant, agentID string)
+}
+
+// GatewayConfig configures the gateway.
+type GatewayConfig struct {
+	ReplicaID      string
+	InstallationID string
+	// PingEvery is how often the clock offset is re-measured (default 15 s).
+	PingEvery time.Duration
+	// PollEvery re-reads pending commands even without a wake-up, so a lost
+	// notification delays a command by at most this much (default 10 s).
+	PollEvery time.Duration
+	// HelloTimeout bounds the wait for the first message (default 10 s).
+	HelloTimeout time.Duration
+	// MaxInFlight bounds concurrent claim requests per connection.
+	MaxInFlight int
+	Clock       clock.Clock
+	Registerer  prometheus.Registerer
+}
+
+// Gateway serves the agents' WebSocket at /agent/ws.
+type Gateway struct {
+	cfg    GatewayConfig
+	store  *Store
+	log    *slog.Logger
+	claims Claims
+
+	mu       sync.Mutex
+	conns    map[string]*conn            // agent id → its connection on this replica
+	byTenant map[string]map[string]*conn // tenant → agent id → connection
+	rr       int
+
+	connected prometheus.Gauge
+	messages  *prometheus.CounterVec
+}
+
+// NewGateway returns a gateway; claims may be nil until the engine is wired.
+func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger) *Gateway {
+	if cfg.PingEvery <= 0 {
+		cfg.PingEvery = 15 * time.Second
+	}
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = 10 * time.Second
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 10 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	g := &Gateway{cfg: cfg, store: store, log: log.With("component", "gateway"), claims: claims,
+		conns: map[string]*conn{}, byTenant: map[string]map[string]*conn{},
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_agents_connected",
+			Help: "Agents connected to this panel replica."}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_agent_messages_total",
+			Help: "Protocol messages received from agents, by type."}, []string{"type"}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(g.connected, g.messages)
+	}
+	return g
+}
+
+// SetClaims wires the claim engine after construction.
+func (g *Gateway) SetClaims(c Claims) {
+	g.mu.Lock()
+	g.claims = c
+	g.mu.Unlock()
+}
+
+func (g *Gateway) claimEngine() Claims {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.claims
+}
+
+// remoteAddr is the agent's egress address. X-Forwarded-For is trusted only
+// from a proxy on loopback (Caddy beside the panel), and then its last entry
+// (the one Caddy appended) is taken.
+func remoteAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			parts := strings.Split(xff, ",")
+			return strings.TrimSpace(parts[len(parts)-1])
+		}
+	}
+	return host
+}
+
+// ServeHTTP accepts one agent connection and serves it until it ends.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		return
+	}
+	// Frames up to twice the protocol's limit reach the decoder, which
+	// answers an oversized message with a protocol error before closing;
+	// anything larger is cut by the WebSocket layer itself.
+	ws.SetReadLimit(2 * wire.MaxMessageBytes)
+	c := &conn{g: g, ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
+		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{},
+		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight)}
+	c.serve(r.Context())
+}
+
+type conn struct {
+	g       *Gateway
+	ws      *websocket.Conn
+	remote  string
+	agent   Agent
+	version int
+	wake    chan struct{}
+
+	mu      sync.Mutex
+	est     *wire.Estimator
+	offset  wire.Estimate
+	pings   map[string]time.Time
+	lookups map[string]chan wire.LookupResult
+	sent    map[string]bool // commands written on this connection
+	sem     chan struct{}
+}
+
+func (c *conn) send(ctx context.Context, m wire.Message) error {
+	if !wire.InVersion(m.MessageType(), c.version) {
+		return fmt.Errorf("fleet: %s is not part of protocol v%d", m.MessageType(), c.version)
+	}
+	data, err := wire.Encode(c.version, wire.Frame{Time: c.g.cfg.Clock.Now(), Message: m})
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.ws.Write(wctx, websocket.MessageText, data)
+}
+
+// fail answers a protocol error and closes the connection.
+func (c *conn) fail(ctx context.Context, e wire.Error) {
+	if c.version == 0 {
+		c.version = wire.MinSupported
+	}
+	_ = c.send(ctx, e)
+	_ = c.ws.Close(websocket.StatusPolicyViolation, string(e.Code))
+}
+
+func (c *conn) read(ctx context.Context) (wire.Frame, error) {
+	typ, data, err := c.ws.Read(ctx)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	if typ != websocket.MessageText {
+		c.fail(ctx, wire.Error{Code: wire.CodeMalformed, Message: "binary messages are not part of the protocol"})
+		return wire.Frame{}, errors.New("binary message")
+	}
+	f, err := wire.Decode(data)
+	if err != nil {
+		c.fail(ctx, wire.ErrorFor(err))
+		return wire.Frame{}, err
+	}
+	c.g.messages.WithLabelValues(string(f.Type)).Inc()
+	return f, nil
+}
+
+func (c *conn) serve(ctx context.Context) {
+	g := c.g
+	hctx, cancel := context.WithTimeout(ctx, g.cfg.HelloTimeout)
+	f, err := c.read(hctx)
+	cancel()
+	if err != nil {
+		_ = c.ws.CloseNow()
+		return
+	}
+	hello, ok := f.Message.(wire.Hello)
+	if !ok {
+		c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: "the first message must be hello"})
+		return
+	}
+	v, err := wire.Negotiate(hello.Version, hello.MinVersion)
+	if err != nil {
+		c.version = wire.MinSupported
+		if hello.MinVersion > wire.Current {
+			c.version = wire.Current
+		}
+		c.reject(ctx, wire.RejectFor(err, g.cfg.InstallationID))
+		return
+	}
+	c.version = v
+	a, err := g.store.Authenticate(ctx, hello.Token.Reveal())
+	switch {
+	case errors.Is(err, ErrUnknownToken):
+		c.reject(ctx, wire.Reject{Reason: wire.RejectUnknownToken, Message: "this panel does not know the agent's token",
+			InstallationID: g.cfg.InstallationID})
+		return
+	case errors.Is(err, ErrRetired):
+		c.reject(ctx, wire.Reject{Reason: wire.RejectRetired, Message: "the agent was deleted; it must retire",
+			InstallationID: g.cfg.InstallationID})
+		return
+	case err != nil:
+		g.log.Error("agent authentication failed", "err", err)
+		_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+		return
+	}
+	c.agent = a
+	cfg, creds, err := g.store.Welcome(ctx, a)
+	if err != nil {
+		g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
+		_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+		return
+	}
+	if err := c.send(ctx, wire.Welcome{Version: v, AgentID: a.ID, InstallationID: g.cfg.InstallationID,
+		Config: cfg, Credentials: creds}); err != nil {
+		return
+	}
+	if err := g.store.Connected(ctx, a, g.cfg.ReplicaID, c.remote, hello.Host, hello.Build, v); err != nil {
+		g.log.Error("record agent connection", "agent", a.ID, "err", err)
+	}
+	g.register(c)
+	g.log.Info("agent connected", "agent", a.ID, "tenant", a.Tenant, "protocol", v, "remote", c.remote, "build", hello.Build)
+
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.writer(sctx) }()
+	c.reader(sctx)
+	stop()
+	<-done
+	g.unregister(c)
+	// The request's context is gone; record the departure regardless.
+	bctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel2()
+	if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID); err != nil {
+		g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
+	}
+	if cl := g.claimEngine(); cl != nil {
+		cl.AgentLost(bctx, a.Tenant, a.ID)
+	}
+	g.log.Info("agent disconnected", "agent", a.ID, "tenant", a.Tenant)
+}
+
+func (c *conn) reject(ctx context.Context, r wire.Reject) {
+	_ = c.send(ctx, r)
+	_ = c.ws.Close(websocket.StatusNormalClosure, string(r.Reason))
+}
+
+func (g *Gateway) register(c *conn) {
+	g.mu.Lock()
+	old := g.conns[c.agent.ID]
+	g.conns[c.agent.ID] = c
+	if g.byTenant[c.agent.Tenant] == nil {
+		g.byTenant[c.agent.Tenant] = map[string]*conn{}
+	}
+	g.byTenant[c.agent.Tenant][c.agent.ID] = c
+	g.mu.Unlock()
+	if old != nil {
+		// The same agent connected again before its old connection died.
+		_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+	} else {
+		g.connected.Inc()
+	}
+}
+
+func (g *Gateway) unregister(c *conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conns[c.agent.ID] != c {
+		return
+	}
+	delete(g.conns, c.agent.ID)
+	delete(g.byTenant[c.agent.Tenant], c.agent.ID)
+	g.connected.Dec()
+}
+
+// Wake asks the connection of agentID on this replica, if any, to deliver
+// its pending commands now.
+func (g *Gateway) Wake(agentID string) {
+	g.mu.Lock()
+	c := g.conns[agentID]
+	g.mu.Unlock()
+	if c != nil {
+		c.nudge()
+	}
+}
+
+// WakeAll nudges every local connection (after a lost LISTEN connection,
+// notifications may have been missed).
+func (g *Gateway) WakeAll() {
+	g.mu.Lock()
+	cs := make([]*conn, 0, len(g.conns))
+	for _, c := range g.conns {
+		cs = append(cs, c)
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		c.nudge()
+	}
+}
+
+func (c *conn) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writer delivers pending commands and measures the clock offset.
+func (c *conn) writer(ctx context.Context) {
+	g := c.g
+	c.deliver(ctx)
+	c.ping(ctx)
+	poll, ping := g.cfg.Clock.After(g.cfg.PollEvery), g.cfg.Clock.After(g.cfg.PingEvery)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+			c.deliver(ctx)
+		case <-poll:
+			c.deliver(ctx)
+			poll = g.cfg.Clock.After(g.cfg.PollEvery)
+		case <-ping:
+			c.ping(ctx)
+			ping = g.cfg.Clock.After(g.cfg.PingEvery)
+		}
+	}
+}
+
+func (c *conn) deliver(ctx context.Context) {
+	cmds, err := c.g.store.Pending(ctx, c.agent.Tenant, c.agent.ID)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.g.log.Warn("read pending commands", "agent", c.agent.ID, "err", err)
+		}
+		return
+	}
+	for _, cmd := range cmds {
+		c.mu.Lock()
+		already := c.sent[cmd.ID]
+		c.mu.Unlock()
+		if already {
+			continue
+		}
+		m, err := c.g.store.message(ctx, c.agent, cmd)
+		if err != nil {
+			c.g.log.Error("build command", "agent", c.agent.ID, "command", cmd.ID, "err", err)
+			continue
+		}
+		if err := c.send(ctx, m); err != nil {
+			return
+		}
+		c.mu.Lock()
+		c.sent[cmd.ID] = true
+		c.mu.Unlock()
+		_ = c.g.store.MarkSent(ctx, c.agent.Tenant, cmd.ID)
+	}
+}
+
+func (c *conn) ping(ctx context.Context) {
+	id := wire.NewID()
+	now := c.g.cfg.Clock.Now()
+	c.mu.Lock()
+	c.pings[id] = now
+	if len(c.pings) > 16 {
+		// Unanswered pings are not kept forever.
+		for k, t := range c.pings {
+			if now.Sub(t) > time.Minute {
+				delete(c.pings, k)
+			}
+		}
+	}
+	c.mu.Unlock()
+	_ = c.send(ctx, wire.Ping{CommandID: id, SentAt: now})
+}
+
+// Offset returns the agent's current clock-offset estimate.
+func (c *conn) Offset() wire.Estimate {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offset
+}
+
+func (c *conn) reader(ctx context.Context) {
+	for {
+		f, err := c.read(ctx)
+		if err != nil {
+			return
+		}
+		at := c.g.cfg.Clock.Now()
+		switch m := f.Message.(type) {
+		case wire.Pong:
+			c.pong(ctx, m, at)
+		case wire.State:
+			if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+				c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
+			}
+		case wire.Event:
+			if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+				c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
+			}
+		case wire.CommandResult:
+			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
+				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)
+			}
+		case wire.LookupResult:
+			c.mu.Lock()
+			ch := c.lookups[m.RequestID]
+			delete(c.lookups, m.RequestID)
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
+			if !c.claim(ctx, f.Message) {
+				return
+			}
+		case wire.Error:
+			c.g.log.Warn("agent reported a protocol error", "agent", c.agent.ID, "code", m.Code, "message", m.Message)
+			return
+		default:
+			c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("%s is not sent by agents", f.Type)})
+			return
+		}
+	}
+}
+
+func (c *conn) pong(ctx context.Context, p wire.Pong, at time.Time) {
+	c.mu.Lock()
+	_, ok := c.pings[p.CommandID]
+	delete(c.pings, p.CommandID)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	err := c.est.Add(wire.SampleFromPong(p, at))
+	est, _ := c.est.Estimate()
+	c.offset = est
+	c.mu.Unlock()
+	if err != nil {
+		return
+	}
+	if err := c.g.store.SaveOffset(ctx, c.agent, est); err != nil && ctx.Err() == nil {
+		c.g.log.Warn("save clock offset", "agent", c.agent.ID, "err", err)
+	}
+}
+
+// claim hands a claim message to the engine without blocking the reader;
+// it reports false when the connection must end.
+func (c *conn) claim(ctx context.Context, m wire.Message) bool {
+	cl := c.g.claimEngine()
+	if cl == nil {
+		c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: "this panel runs no claim engine"})
+		return false
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	go func() {
+		defer func() { <-c.sem }()
+		tenant := c.agent.Tenant
+		switch x := m.(type) {
+		case wire.Detected:
+			cl.Detected(ctx, tenant, c.agent.ID, x, c.Offset())
+		case wire.LeaseRequest:
+			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
+		case wire.ActRequest:
+			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
+		case wire.Outcome:
+			_ = c.send(ctx, cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x, c.Offset()))
+		}
+	}()
+	return true
+}
+
+// Offer sends an offer to every agent of tenant connected to this replica
+// that speaks the claim protocol. It implements the claim engine's Offerer.
+func (g *Gateway) Offer(ctx context.Context, tenant string, o wire.Offer) {
+	g.mu.Lock()
+	cs := make([]*conn, 0, len(g.byTenant[tenant]))
+	for _, c := range g.byTenant[tenant] {
+		if wire.InVersion(wire.TypeOffer, c.version) {
+			cs = append(cs, c)
+		}
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		go func() { _ = c.send(ctx, o) }()
+	}
+}
+
+// ErrNoAgent means no agent of the tenant that could answer is connected here.
+var ErrNoAgent = errors.New("fleet: no connected agent of that tenant can look up bookings")
+
+// Lookup asks one connected agent of tenant to look up the client's bookings
+// and waits for its answer. It implements the claim engine's Lookuper.
+func (g *Gateway) Lookup(ctx context.Context, tenant string, l wire.Lookup) (wire.LookupResult, error) {
+	g.mu.Lock()
+	var cs []*conn
+	for _, c := range g.byTenant[tenant] {
+		if wire.InVersion(wire.TypeLookup, c.version) {
+			cs = append(cs, c)
+		}
+	}
+	g.rr++
+	var c *conn
+	if len(cs) > 0 {
+		c = cs[g.rr%len(cs)]
+	}
+	g.mu.Unlock()
+	if c == nil {
+		return wire.LookupResult{}, ErrNoAgent
+	}
+	if l.RequestID == "" {
+		l.RequestID = wire.NewID()
+	}
+	ch := make(chan wire.LookupResult, 1)
+	c.mu.Lock()
+	c.lookups[l.RequestID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.lookups, l.RequestID)
+		c.mu.Unlock()
+	}()
+	if err := c.send(ctx, l); err != nil {
+		return wire.LookupResult{}, fmt.Errorf("fleet: lookup: %w", err)
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return wire.LookupResult{}, fmt.Errorf("fleet: lookup: %w", ctx.Err())
+	}
+}
+
+// CloseAll ends every agent connection on this replica (at shutdown: the
+// agents reconnect, to this replica when it returns or to another).
+func (g *Gateway) CloseAll() {
+	g.mu.Lock()
+	cs := make([]*conn, 0, len(g.conns))
+	for _, c := range g.conns {
+		cs = append(cs, c)
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		_ = c.ws.Close(websocket.StatusGoingAway, "panel shutting down")
+	}
+}
+
+// ConnectedCount reports how many agents are connected to this replica.
+func (g *Gateway) ConnectedCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.conns)
+}

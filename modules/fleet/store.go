@@ -1,0 +1,303 @@
+// Package fleet is the panel's side of the agents: platform accounts, agents
+// and their tokens, the commands sent to them (persisted until acknowledged),
+// the WebSocket gateway they dial, and the live fleet view.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// tokenPrefix starts every agent token; the tenant id follows, so the panel
+// can look the token up inside that tenant's row-level security scope
+// without any path that sees every tenant.
+const tokenPrefix = "fwa_"
+
+// Errors of authentication.
+var (
+	ErrUnknownToken = errors.New("fleet: unknown token")
+	ErrRetired      = errors.New("fleet: agent retired")
+)
+
+// Store reads and writes the fleet's tables as the application role.
+type Store struct {
+	pool  *pgxpool.Pool
+	vault *vault.Vault
+}
+
+// NewStore returns a store.
+func NewStore(pool *pgxpool.Pool, v *vault.Vault) *Store { return &Store{pool: pool, vault: v} }
+
+// AccountInput is what an operator enters for a platform account.
+type AccountInput struct {
+	Key, Region, BoardURL, Username string
+	Password, TOTPSecret            string
+	Workers                         []wire.WorkerSpec
+}
+
+type sealedSecrets struct {
+	Password   string `json:"p"`
+	TOTPSecret string `json:"t"`
+}
+
+var keyRe = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,200}$`)
+
+// Validate reports the first problem with an account's fields.
+func (in AccountInput) Validate() error {
+	switch {
+	case !keyRe.MatchString(in.Key):
+		return errors.New("fleet: account key must be 1–200 letters, digits or ._@-")
+	case !strings.HasPrefix(in.BoardURL, "http://") && !strings.HasPrefix(in.BoardURL, "https://"):
+		return errors.New("fleet: board URL must start with http:// or https://")
+	case in.Username == "":
+		return errors.New("fleet: username is required")
+	case in.Password == "":
+		return errors.New("fleet: password is required")
+	case in.TOTPSecret == "":
+		return errors.New("fleet: TOTP secret is required")
+	}
+	for _, w := range in.Workers {
+		if w.Name == "" || w.Kind == "" {
+			return errors.New("fleet: every worker needs a name and a kind")
+		}
+	}
+	return nil
+}
+
+// CreateAccount stores an account; its secrets are sealed with the panel's
+// key, bound to the account's id, and never shown again.
+func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInput) (string, error) {
+	if err := in.Validate(); err != nil {
+		return "", err
+	}
+	logging.RegisterSecret(in.Password, in.TOTPSecret)
+	if in.Region == "" {
+		in.Region = "us-east"
+	}
+	if in.Workers == nil {
+		in.Workers = []wire.WorkerSpec{}
+	}
+	workers, _ := json.Marshal(in.Workers)
+	var id string
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "SELECT gen_random_uuid()::text").Scan(&id); err != nil {
+			return err
+		}
+		pt, _ := json.Marshal(sealedSecrets{Password: in.Password, TOTPSecret: in.TOTPSecret})
+		box := s.vault.Seal(pt, "account:"+id)
+		_, err := tx.Exec(ctx, `INSERT INTO accounts (id, tenant_id, account_key, region, board_url, username, secret_box, workers)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, tenant, in.Key, in.Region, in.BoardURL, in.Username, box, workers)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("fleet: create account: %w", err)
+	}
+	return id, nil
+}
+
+// SetWorkers replaces an account's worker specs (the agents get a configure
+// command from the caller).
+func (s *Store) SetWorkers(ctx context.Context, tenant, accountID string, workers []wire.WorkerSpec) error {
+	b, _ := json.Marshal(workers)
+	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE accounts SET workers = $2 WHERE id = $1`, accountID, b)
+		return err
+	})
+}
+
+func newToken(tenant string) (token string, hash []byte) {
+	b := make([]byte, 32) // 256 random bits
+	_, _ = rand.Read(b)
+	token = tokenPrefix + strings.ReplaceAll(tenant, "-", "") + "_" + base64.RawURLEncoding.EncodeToString(b)
+	h := sha256.Sum256([]byte(token))
+	return token, h[:]
+}
+
+func hint(token string) string { return "…" + token[len(token)-4:] }
+
+// tenantOfToken extracts the tenant id a token was issued in.
+func tenantOfToken(token string) (string, bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok {
+		return "", false
+	}
+	t, _, ok := strings.Cut(rest, "_")
+	if !ok || len(t) != 32 {
+		return "", false
+	}
+	for _, c := range t {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return "", false
+		}
+	}
+	return t[0:8] + "-" + t[8:12] + "-" + t[12:16] + "-" + t[16:20] + "-" + t[20:], true
+}
+
+// CreateAgent creates the agent of an account and returns its token, which is
+// shown once and stored only as its SHA-256.
+func (s *Store) CreateAgent(ctx context.Context, tenant, accountID, name string) (id, token string, err error) {
+	token, hash := newToken(tenant)
+	logging.RegisterSecret(token)
+	err = db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `INSERT INTO agents (tenant_id, account_id, name, token_hash, token_hint)
+			VALUES ($1, $2, $3, $4, $5) RETURNING id::text`, tenant, accountID, name, hash, hint(token)).Scan(&id)
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("fleet: create agent: %w", err)
+	}
+	return id, token, nil
+}
+
+// RotateToken issues a new token for an agent; the old one stops working at
+// once (the agent then answers "unknown token" until given the new one).
+func (s *Store) RotateToken(ctx context.Context, tenant, agentID string) (string, error) {
+	token, hash := newToken(tenant)
+	logging.RegisterSecret(token)
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE agents SET token_hash = $2, token_hint = $3 WHERE id = $1 AND retired_at IS NULL`,
+			agentID, hash, hint(token))
+		if err == nil && tag.RowsAffected() == 0 {
+			err = errors.New("no such live agent")
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("fleet: rotate token: %w", err)
+	}
+	return token, nil
+}
+
+// Agent is what authentication yields.
+type Agent struct {
+	ID, Tenant, AccountID, Name string
+	Paused                      bool
+}
+
+// Authenticate finds the agent a token belongs to. A token of a deleted
+// agent yields ErrRetired (its tombstone); anything else unknown yields
+// ErrUnknownToken.
+func (s *Store) Authenticate(ctx context.Context, token string) (Agent, error) {
+	tenant, ok := tenantOfToken(token)
+	if !ok {
+		return Agent{}, ErrUnknownToken
+	}
+	h := sha256.Sum256([]byte(token))
+	a := Agent{Tenant: tenant}
+	var retired *time.Time
+	err := db.TenantRow(ctx, s.pool, tenant, `SELECT id::text, account_id::text, name, paused, retired_at
+		FROM agents WHERE token_hash = $1`, h[:]).Scan(&a.ID, &a.AccountID, &a.Name, &a.Paused, &retired)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Agent{}, ErrUnknownToken
+	}
+	if err != nil {
+		// A malformed tenant id is the token's fault, not the database's.
+		if strings.Contains(err.Error(), "invalid input syntax") {
+			return Agent{}, ErrUnknownToken
+		}
+		return Agent{}, fmt.Errorf("fleet: authenticate: %w", err)
+	}
+	if retired != nil {
+		return Agent{}, ErrRetired
+	}
+	return a, nil
+}
+
+// Welcome builds what the agent is told on connect: its configuration and the
+// account's credentials, opened from the vault.
+func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credentials, error) {
+	var cfg wire.Config
+	var creds wire.Credentials
+	var box, workers []byte
+	err := db.TenantRow(ctx, s.pool, a.Tenant, `
+		SELECT ac.account_key, ac.region, ac.board_url, ac.username, ac.secret_box, ac.workers,
+		       ag.paused OR t.paused OR (SELECT paused FROM fleet_switches)
+		FROM agents ag JOIN accounts ac ON ac.id = ag.account_id JOIN tenants t ON t.id = ag.tenant_id
+		WHERE ag.id = $1`, a.ID).
+		Scan(&cfg.Account.Key, &cfg.Account.Region, &cfg.Account.BoardURL, &creds.Username, &box, &workers, &cfg.Paused)
+	if err != nil {
+		return cfg, creds, fmt.Errorf("fleet: welcome: %w", err)
+	}
+	if err := json.Unmarshal(workers, &cfg.Workers); err != nil {
+		return cfg, creds, fmt.Errorf("fleet: welcome: workers: %w", err)
+	}
+	pt, err := s.vault.Open(box, "account:"+a.AccountID)
+	if err != nil {
+		return cfg, creds, fmt.Errorf("fleet: welcome: %w", err)
+	}
+	var sec sealedSecrets
+	if err := json.Unmarshal(pt, &sec); err != nil {
+		return cfg, creds, fmt.Errorf("fleet: welcome: sealed secrets: %w", err)
+	}
+	logging.RegisterSecret(sec.Password, sec.TOTPSecret)
+	creds.Password, creds.TOTPSecret = wire.NewSecret(sec.Password), wire.NewSecret(sec.TOTPSecret)
+	return cfg, creds, nil
+}
+
+// Connected records that an agent connected to this replica.
+func (s *Store) Connected(ctx context.Context, a Agent, replica, remote, host, build string, protocol int) error {
+	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = true, replica_id = $2, remote_addr = $3, host = $4,
+			build = $5, protocol = $6, connected_at = now(), last_seen = now() WHERE id = $1`,
+			a.ID, replica, remote, host, build, protocol)
+		return err
+	})
+}
+
+// Disconnected records that the agent left this replica (unless it already
+// reconnected elsewhere).
+func (s *Store) Disconnected(ctx context.Context, a Agent, replica string) error {
+	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false, last_seen = now()
+			WHERE id = $1 AND replica_id = $2`, a.ID, replica)
+		return err
+	})
+}
+
+// SaveState stores the agent's latest state report.
+func (s *Store) SaveState(ctx context.Context, a Agent, st wire.State) error {
+	b, _ := json.Marshal(st)
+	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET state = $2, last_seen = now() WHERE id = $1`, a.ID, b)
+		return err
+	})
+}
+
+// SaveOffset stores the agent's measured clock offset and its error bound.
+func (s *Store) SaveOffset(ctx context.Context, a Agent, e wire.Estimate) error {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET clock_offset_ms = $2, clock_error_ms = $3, rtt_ms = $4, last_seen = now()
+			WHERE id = $1`, a.ID, ms(e.Offset), ms(e.ErrorBound), ms(e.RoundTrip))
+		return err
+	})
+}
+
+// AddEvent stores an event the agent reported.
+func (s *Store) AddEvent(ctx context.Context, a Agent, e wire.Event) error {
+	fields, _ := json.Marshal(e.Fields)
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO agent_events (tenant_id, agent_id, at, level, kind, worker, message, fields)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, a.Tenant, a.ID, e.At, e.Level, e.Kind, e.Worker,
+			logging.Scrub(e.Message), fields)
+		return err
+	})
+}

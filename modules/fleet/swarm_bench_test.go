@@ -1,0 +1,163 @@
+package fleet_test
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// rssKiB reads a process's resident set size.
+func rssKiB(tb testing.TB, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(tb, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			require.NoError(tb, err)
+			return n
+		}
+	}
+	tb.Fatal("no VmRSS")
+	return 0
+}
+
+// protocolClient is a protocol-only agent: hello, then it answers pings and
+// acknowledges commands, as an idle agent does.
+func protocolClient(ctx context.Context, url, token string, welcomed *atomic.Int64) error {
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer ws.CloseNow()
+	h := wire.Hello{Version: wire.Current, MinVersion: wire.MinSupported, Build: "swarm", Host: "swarm", Clock: time.Now(), Token: wire.NewSecret(token)}
+	data, _ := wire.Encode(wire.Current, wire.Frame{Time: time.Now(), Message: h})
+	if err := ws.Write(ctx, websocket.MessageText, data); err != nil {
+		return err
+	}
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			return err
+		}
+		f, err := wire.Decode(data)
+		if err != nil {
+			return err
+		}
+		var reply wire.Message
+		switch m := f.Message.(type) {
+		case wire.Welcome:
+			welcomed.Add(1)
+		case wire.Reject:
+			return fmt.Errorf("rejected: %s", m.Message)
+		case wire.Ping:
+			now := time.Now()
+			reply = wire.Pong{CommandID: m.CommandID, PingSentAt: m.SentAt, ReceivedAt: now, SentAt: now}
+		}
+		if reply != nil {
+			out, _ := wire.Encode(wire.Current, wire.Frame{Time: time.Now(), Message: reply})
+			if err := ws.Write(ctx, websocket.MessageText, out); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// BenchmarkIdleAgentConnections measures how many idle agent connections one
+// panel holds per GiB: a swarm of FLEET_SWARM (default 2000) protocol-only
+// clients on loopback connects to a real panel process, and the panel's RSS
+// is read before and after. It also reports an idle agent process's RSS. It
+// runs once whatever b.N is (the figures are memory, not time).
+func BenchmarkIdleAgentConnections(b *testing.B) {
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("FLEET_SWARM")); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	d := testenv.DB(b)
+	key := make([]byte, vault.KeySize)
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	v, _ := vault.New(key)
+	store := fleet.NewStore(d.App, v)
+	var tenant string
+	require.NoError(b, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('swarm', 'Swarm') RETURNING id::text`).Scan(&tenant))
+	acct, err := store.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "swarm", BoardURL: "http://127.0.0.1:1",
+		Username: "u", Password: "swarm-password", TOTPSecret: "JBSWY3DPEHPK3PXP"})
+	require.NoError(b, err)
+	tokens := make([]string, n+1)
+	for i := range tokens {
+		_, tokens[i], err = store.CreateAgent(ctx, tenant, acct, fmt.Sprintf("a%d", i))
+		require.NoError(b, err)
+	}
+	dir, _ := os.MkdirTemp(testenv.Dir(b), "swarm-")
+	panel := testenv.Start(b, testenv.Binary(b), []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir},
+		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(b),
+		"FLEET_SECRET_KEY="+hex.EncodeToString(key), "FLEET_DB_MAX_CONNS=32")
+	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
+	wsURL := strings.Replace(base, "http", "ws", 1) + "/agent/ws"
+	time.Sleep(2 * time.Second)
+	before := rssKiB(b, panel.Cmd.Process.Pid)
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var welcomed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := protocolClient(cctx, wsURL, tokens[i], &welcomed); err != nil && cctx.Err() == nil {
+				errs <- err
+			}
+		}()
+		if i%100 == 99 {
+			time.Sleep(50 * time.Millisecond) // a reconnect storm, not a single burst
+		}
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for welcomed.Load() < int64(n) && time.Now().Before(deadline) {
+		select {
+		case err := <-errs:
+			b.Fatalf("client failed: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	require.EqualValues(b, n, welcomed.Load())
+	time.Sleep(5 * time.Second)
+	after := rssKiB(b, panel.Cmd.Process.Pid)
+	perConn := float64(after-before) / float64(n)
+	b.ReportMetric(float64(before)/1024, "panel-idle-MiB")
+	b.ReportMetric(float64(after)/1024, "panel-MiB-with-swarm")
+	b.ReportMetric(perConn, "KiB/conn")
+	b.ReportMetric(1024*1024/perConn, "conns/GiB")
+
+	// One real idle agent process (no browser, no workers).
+	stateDir := filepath.Join(dir, "agent")
+	require.NoError(b, os.MkdirAll(stateDir, 0o700))
+	tok := filepath.Join(stateDir, "token")
+	require.NoError(b, os.WriteFile(tok, []byte(tokens[n]), 0o600))
+	ag := testenv.Start(b, testenv.Binary(b), []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + stateDir})
+	ag.WaitFor(`welcomed|connected`, time.Minute)
+	time.Sleep(5 * time.Second)
+	b.ReportMetric(float64(rssKiB(b, ag.Cmd.Process.Pid))/1024, "agent-idle-MiB")
+	cancel()
+	wg.Wait()
+}

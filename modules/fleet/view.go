@@ -1,0 +1,152 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/traits"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// liveWindow is how fresh a replica's heartbeat must be for its agents to
+// count as connected: a replica that died without cleaning up leaves rows
+// saying "connected" that this window sees through.
+const liveWindow = 30 * time.Second
+
+// AgentView is one row of the fleet page.
+type AgentView struct {
+	ID, Name, AccountKey, Region, TokenHint string
+	Host, Remote, Build                     string
+	Protocol                                int
+	Connected, Paused, Retired              bool
+	LastSeen                                *time.Time
+	ClockOffsetMS, ClockErrorMS             *float64
+	State                                   wire.State
+	// SharedEgress: another agent of the tenant connects from the same
+	// address (every account should have its own).
+	SharedEgress bool
+	Traits       traits.Traits
+	Events       []EventView
+}
+
+// EventView is a recent event of an agent.
+type EventView struct {
+	At                          time.Time
+	Level, Kind, Worker, Message string
+}
+
+// Fleet is the fleet page's model.
+type Fleet struct {
+	Agents []AgentView
+	// CollisionOdds is the birthday bound of two of the tenant's accounts
+	// sharing all three traits; Collisions are the actual ones.
+	CollisionOdds float64
+	Collisions    []traits.Collision
+	Accounts      []AccountView
+}
+
+// AccountView is an account without its secrets.
+type AccountView struct {
+	ID, Key, Region, BoardURL, Username string
+	Workers                             []wire.WorkerSpec
+}
+
+// List returns the tenant's fleet as the console shows it.
+func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
+	var f Fleet
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT ag.id::text, ag.name, ac.account_key, ac.region, ag.token_hint, COALESCE(ag.host, ''),
+			       COALESCE(ag.remote_addr, ''), COALESCE(ag.build, ''), COALESCE(ag.protocol, 0),
+			       ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id
+			                                AND r.last_seen > now() - make_interval(secs => $1)),
+			       ag.paused, ag.retired_at IS NOT NULL, ag.last_seen, ag.clock_offset_ms, ag.clock_error_ms, ag.state
+			FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
+			ORDER BY ag.retired_at IS NOT NULL, ac.account_key, ag.name`, liveWindow.Seconds())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var a AgentView
+			var st []byte
+			if err := rows.Scan(&a.ID, &a.Name, &a.AccountKey, &a.Region, &a.TokenHint, &a.Host, &a.Remote, &a.Build,
+				&a.Protocol, &a.Connected, &a.Paused, &a.Retired, &a.LastSeen, &a.ClockOffsetMS, &a.ClockErrorMS, &st); err != nil {
+				return err
+			}
+			if st != nil {
+				_ = json.Unmarshal(st, &a.State)
+			}
+			a.Traits, _ = traits.For(a.AccountKey, a.Region)
+			f.Agents = append(f.Agents, a)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		acc, err := tx.Query(ctx, `SELECT id::text, account_key, region, board_url, username, workers FROM accounts ORDER BY account_key`)
+		if err != nil {
+			return err
+		}
+		defer acc.Close()
+		for acc.Next() {
+			var a AccountView
+			var w []byte
+			if err := acc.Scan(&a.ID, &a.Key, &a.Region, &a.BoardURL, &a.Username, &w); err != nil {
+				return err
+			}
+			_ = json.Unmarshal(w, &a.Workers)
+			f.Accounts = append(f.Accounts, a)
+		}
+		if err := acc.Err(); err != nil {
+			return err
+		}
+		ev, err := tx.Query(ctx, `SELECT agent_id::text, at, level, kind, worker, message FROM (
+			SELECT *, row_number() OVER (PARTITION BY agent_id ORDER BY id DESC) AS n FROM agent_events) e
+			WHERE n <= 3 ORDER BY id DESC`)
+		if err != nil {
+			return err
+		}
+		defer ev.Close()
+		byID := map[string]*AgentView{}
+		for i := range f.Agents {
+			byID[f.Agents[i].ID] = &f.Agents[i]
+		}
+		for ev.Next() {
+			var id string
+			var e EventView
+			if err := ev.Scan(&id, &e.At, &e.Level, &e.Kind, &e.Worker, &e.Message); err != nil {
+				return err
+			}
+			if a := byID[id]; a != nil {
+				a.Events = append(a.Events, e)
+			}
+		}
+		return ev.Err()
+	})
+	if err != nil {
+		return Fleet{}, fmt.Errorf("fleet: list: %w", err)
+	}
+	egress := map[string]int{}
+	for _, a := range f.Agents {
+		if a.Remote != "" && !a.Retired {
+			egress[a.Remote]++
+		}
+	}
+	for i := range f.Agents {
+		f.Agents[i].SharedEgress = !f.Agents[i].Retired && egress[f.Agents[i].Remote] > 1
+	}
+	keys := make([]string, 0, len(f.Accounts))
+	for _, a := range f.Accounts {
+		keys = append(keys, a.Key)
+	}
+	sort.Strings(keys)
+	f.CollisionOdds = traits.CollisionOdds(len(keys))
+	f.Collisions = traits.Collisions(keys)
+	return f, nil
+}
