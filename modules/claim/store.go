@@ -149,6 +149,10 @@ FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
+  -- A loser that already sees a live claim stops here, without queueing
+  -- for the row lock; the ON CONFLICT condition below still decides.
+  AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
+      AND NOT (x.state = 'RELEASED' OR (x.state = 'LEASED' AND x.lease_expires_at < clock_timestamp())))
   AND ` + wantedSQL + `
   AND ` + capOK + `
   AND ` + reviewOK + `
@@ -168,63 +172,81 @@ RETURNING token, operation_id::text, leased_at, lease_expires_at,
 // Lease tries to win the job for req.Holder. When it is not granted the error
 // is a *Refusal saying why (held, paused, unknown_job, filtered, cap_reached,
 // review); errors.Is(err, ErrNotGranted) holds for all of them.
+//
+// The statement and the diagnosis of a refusal travel in one round trip:
+// the diagnosis runs after the lease statement, with its own snapshot (READ
+// COMMITTED), so a loser sees the winner's committed row.
 func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if req.For <= 0 {
 		return Lease{}, errors.New("claim: lease length must be positive")
 	}
 	l := Lease{Key: req.Key}
 	var remainingMS int64
-	err := db.TenantRow(ctx, s.pool, req.Tenant, leaseSQL,
-		req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(),
-	).Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt)
+	b := &pgx.Batch{}
+	b.Queue("SELECT set_config('app.tenant_id', $1, true)", req.Tenant)
+	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds())
+	b.Queue(leaseDiagSQL, req.Tenant, req.Key)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+	}
+	err := br.QueryRow().Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt)
+	if err == nil {
+		l.Remaining = time.Duration(remainingMS) * time.Millisecond
+		return l, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+	}
+	var d leaseDiag
+	err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
+		&d.reviewFine, &d.rate, &d.state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, s.leaseRefusal(ctx, req.Tenant, req.Key)
+		return Lease{}, &Refusal{Reason: ReasonUnknownJob}
 	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
 	}
-	l.Remaining = time.Duration(remainingMS) * time.Millisecond
-	return l, nil
+	br.Close()
+	return Lease{}, s.leaseRefusal(ctx, req.Tenant, req.Key, d)
 }
 
-// leaseRefusal works out why a lease was not granted (the slow path, off the
-// winner's way). A job that needs review gets a pending review row here.
-func (s *Store) leaseRefusal(ctx context.Context, tenant, key string) error {
-	var globalPaused, tenantPaused, haveJob, wanted, capFine, reviewFine, expired bool
-	var state *string
-	var rate int64
-	err := db.TenantRow(ctx, s.pool, tenant, `
-		SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
-		       COALESCE(j.expires_at <= clock_timestamp(), false),
-		       j.job_key IS NOT NULL AND `+wantedSQL+`, `+capOK+`,
-		       j.job_key IS NULL OR `+reviewOK+`, COALESCE(j.rate_cents, 0),
-		       (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2)
-		FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
-		WHERE t.id = $1`, tenant, key).
-		Scan(&globalPaused, &tenantPaused, &haveJob, &expired, &wanted, &capFine, &reviewFine, &rate, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return &Refusal{Reason: ReasonUnknownJob}
-	}
-	if err != nil {
-		return fmt.Errorf("claim: %w", err)
-	}
+type leaseDiag struct {
+	globalPaused, tenantPaused, haveJob, expired, wanted, capFine, reviewFine bool
+	rate                                                                      int64
+	state                                                                     *string
+}
+
+const leaseDiagSQL = `
+SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
+       COALESCE(j.expires_at <= clock_timestamp(), false),
+       j.job_key IS NOT NULL AND ` + wantedSQL + `, ` + capOK + `,
+       j.job_key IS NULL OR ` + reviewOK + `, COALESCE(j.rate_cents, 0),
+       (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2)
+FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
+WHERE t.id = $1`
+
+// leaseRefusal names the reason of a refused lease from its diagnosis. A
+// job that needs review gets a pending review row here.
+func (s *Store) leaseRefusal(ctx context.Context, tenant, key string, d leaseDiag) error {
 	var st State
-	if state != nil {
-		st = State(*state)
+	if d.state != nil {
+		st = State(*d.state)
 	}
 	switch {
-	case globalPaused || tenantPaused:
+	case d.globalPaused || d.tenantPaused:
 		return &Refusal{Reason: ReasonPaused, State: st}
-	case !haveJob || expired:
+	case !d.haveJob || d.expired:
 		return &Refusal{Reason: ReasonUnknownJob, State: st}
 	case st != "" && st != Released && st != Leased:
 		return &Refusal{Reason: ReasonHeld, State: st}
-	case !wanted:
+	case !d.wanted:
 		return &Refusal{Reason: ReasonFiltered, State: st}
-	case !capFine:
+	case !d.capFine:
 		return &Refusal{Reason: ReasonCapReached, State: st}
-	case !reviewFine:
-		if err := s.requestReview(ctx, tenant, key, rate); err != nil {
+	case !d.reviewFine:
+		if err := s.requestReview(ctx, tenant, key, d.rate); err != nil {
 			return err
 		}
 		return &Refusal{Reason: ReasonReview, State: st}
@@ -263,7 +285,7 @@ func (s *Store) StartActing(ctx context.Context, tenant, key string, token int64
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('app.tenant_id', $1, true),
 		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
-		 FROM tenants WHERE id = $1 AND daily_booking_cap IS NOT NULL) l)`, tenant)
+		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant)
 	b.Queue(startActingSQL, tenant, key, token, h.Agent, h.Worker, hardTimeout.Seconds())
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -352,7 +374,7 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	var set string
 	switch o.Result {
 	case Confirmed:
-		set = "state = 'CONFIRMED', outcome = 'CONFIRMED', confirmed_at = COALESCE($7, clock_timestamp()), settled_at = clock_timestamp()"
+		set = "state = 'CONFIRMED', outcome = 'CONFIRMED', settled_at = clock_timestamp()"
 	case Taken:
 		set = "state = 'TAKEN', outcome = 'TAKEN', settled_at = clock_timestamp()"
 	case NotSent:
@@ -362,7 +384,8 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	default:
 		return fmt.Errorf("claim: %q is not an outcome an actor may report", o.Result)
 	}
-	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8
+	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8,
+		confirmed_at = CASE WHEN $9 THEN COALESCE($7::timestamptz, clock_timestamp()) ELSE confirmed_at END
 		WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND holder_agent = $4
 		  AND holder_worker = $5 AND (state = 'ACTING' OR (state = 'UNKNOWN' AND $9))`
 	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), nullTime(o.ConfirmedAt), truncate(o.Detail, 500),
