@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -102,4 +104,8 @@ func (b *bundle) newTenantBare(t *testing.T, slug string) string {
 
 func actReq(key string, token int64) wire.ActRequest {
 	return wire.ActRequest{RequestID: "r-" + key, Worker: "ignored", Key: key, Token: token}
+}
+
+func testenv_logger(t *testing.T) *slog.Logger {
+	return logging.AtLeast(testenv.Logger(t), slog.LevelWarn)
 }
