@@ -10,12 +10,12 @@ import (
 // Stages of a claim's life between its six timestamps, plus the two spans
 // the reports split: publish→detect and detect→action.
 const (
-	StagePublishSeen     = "publish_seen"      // published_at → seen_at (= publish→detect)
-	StageSeenQueued      = "seen_queued"       // seen_at → queued_at
-	StageQueuedLeased    = "queued_leased"     // queued_at → leased_at
-	StageLeasedActSent   = "leased_act_sent"   // leased_at → act_sent_at
+	StagePublishSeen     = "publish_seen"       // published_at → seen_at (= publish→detect)
+	StageSeenQueued      = "seen_queued"        // seen_at → queued_at
+	StageQueuedLeased    = "queued_leased"      // queued_at → leased_at
+	StageLeasedActSent   = "leased_act_sent"    // leased_at → act_sent_at
 	StageActSentConfirm  = "act_sent_confirmed" // act_sent_at → confirmed_at
-	StageDetectAction    = "detect_action"     // seen_at → act_sent_at
+	StageDetectAction    = "detect_action"      // seen_at → act_sent_at
 	StagePublishDetected = StagePublishSeen
 )
 

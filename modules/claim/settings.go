@@ -204,3 +204,11 @@ func (s *Store) Decide(ctx context.Context, a Auditor, actor, tenant, key string
 	}
 	return nil
 }
+
+// auditFleet records a fleet-wide change (cells, routing) in its own
+// transaction.
+func auditFleet(ctx context.Context, e *Engine, actor, action, subject string, detail any) error {
+	return pgx.BeginFunc(ctx, e.store.pool, func(tx pgx.Tx) error {
+		return e.cfg.Auditor.Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Subject: subject, Detail: detail})
+	})
+}
