@@ -41,6 +41,7 @@ type options struct {
 	panel                                      panel.Config
 	board                                      board.Config
 	agent                                      agent.Config
+	admin                                      adminOptions
 }
 
 func flags(o *options) *config.Set {
@@ -54,6 +55,7 @@ func flags(o *options) *config.Set {
 	o.board = board.Defaults()
 	o.board.Register(s)
 	o.agent.Register(s)
+	registerAdminFlags(s, &o.admin)
 	return s
 }
 
@@ -64,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 		// Two-word commands: "agent reset-state".
-		if cmd == "agent" && len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		if (cmd == "agent" || cmd == "admin") && len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 			cmd, args = cmd+" "+args[0], args[1:]
 		}
 	}
@@ -105,6 +107,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, "agent state cleared:", o.agent.StateDir)
 		return 0
+	case "admin pause", "admin resume":
+		return exit(stderr, adminPause(ctx, o, cmd == "admin pause", stdout, log))
 	case "help":
 		usage(stdout, s)
 		return 0
