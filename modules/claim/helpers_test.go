@@ -31,7 +31,12 @@ type bundle struct {
 
 // setup returns a fresh database with one tenant that wants every job, an
 // insert-only River client and an engine on them.
-func setup(t *testing.T, mod ...func(*claim.Config)) *bundle {
+func setup(t *testing.T, mod ...func(*claim.Config)) *bundle { return setupTB(t, mod...) }
+
+// setupB is setup for benchmarks.
+func setupB(b *testing.B) *bundle { return setupTB(b) }
+
+func setupTB(t testing.TB, mod ...func(*claim.Config)) *bundle {
 	t.Helper()
 	d := testenv.DB(t)
 	rc, err := river.NewClient(riverpgxv5.New(d.App), &river.Config{})
@@ -48,7 +53,7 @@ func setup(t *testing.T, mod ...func(*claim.Config)) *bundle {
 	return b
 }
 
-func (b *bundle) newTenant(t *testing.T, slug string) string {
+func (b *bundle) newTenant(t testing.TB, slug string) string {
 	t.Helper()
 	var id string
 	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
