@@ -119,12 +119,12 @@ type Panel struct {
 	// Lookuper (Claims.SetOfferer, Claims.SetLookuper).
 	Claims *claim.Engine
 	// Cells runs the claim engine's cells (Redis dedupe, streams, offers).
-	Cells *cell.Manager
-	srv            *server.Server
-	bg             sync.WaitGroup
-	bgStop         context.CancelFunc
-	hbStop         context.CancelFunc
-	hbDone         chan struct{}
+	Cells  *cell.Manager
+	srv    *server.Server
+	bg     sync.WaitGroup
+	bgStop context.CancelFunc
+	hbStop context.CancelFunc
+	hbDone chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
