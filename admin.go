@@ -21,17 +21,18 @@ import (
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/claim"
 )
 
 // subcommands of the two-word commands (admin …, audit …).
 var subcommands = map[string][]string{
-	"admin": {"create-user", "reset-mfa", "disable-user"},
+	"admin": {"create-user", "reset-mfa", "disable-user", "pause", "resume"},
 	"audit": {"verify"},
 }
 
 type adminOptions struct {
 	dataDir, databaseURL, databaseAppURL, logFormat, logLevel string
-	email, role                                               string
+	email, role, tenant                                       string
 	passwordStdin                                             bool
 }
 
@@ -42,8 +43,11 @@ func adminFlags(o *adminOptions, cmd string) *config.Set {
 	s.String(&o.databaseAppURL, "database-app-url", "FLEET_DATABASE_APP_URL", "", "application role's Postgres URL (required with --database-url)")
 	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
 	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "warn", []string{"debug", "info", "warn", "error"}, "lowest level logged")
-	if strings.HasPrefix(cmd, "admin") {
+	if userCommand(cmd) {
 		s.String(&o.email, "email", "", "", "the user's email address")
+	}
+	if cmd == "admin pause" || cmd == "admin resume" {
+		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "tenant slug (empty: the whole fleet)")
 	}
 	if cmd == "admin create-user" {
 		s.Enum(&o.role, "role", "", "operator", []string{"admin", "operator", "viewer"}, "the new user's role")
@@ -83,7 +87,7 @@ func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Wr
 	if err == nil && len(rest) > 0 {
 		err = fmt.Errorf("unexpected argument %q", rest[0])
 	}
-	if err == nil && strings.HasPrefix(full, "admin") && strings.TrimSpace(o.email) == "" {
+	if err == nil && userCommand(full) && strings.TrimSpace(o.email) == "" {
 		err = errors.New("--email is required")
 	}
 	if err != nil {
@@ -119,10 +123,40 @@ func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Wr
 			return nil
 		case "audit verify":
 			return verifyAudit(ctx, pool, o, stdout)
+		case "admin pause", "admin resume":
+			return setPaused(ctx, pool, o, full == "admin pause", stdout)
 		}
 		return nil
 	})
 	return exit(stderr, err)
+}
+
+// userCommand reports whether cmd acts on one operator (and needs --email).
+func userCommand(cmd string) bool {
+	return cmd == "admin create-user" || cmd == "admin reset-mfa" || cmd == "admin disable-user"
+}
+
+// setPaused flips the global or a tenant's pause switch: no new lease and no
+// LEASED → ACTING from then on (actions in flight finish); audited.
+func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bool, stdout io.Writer) error {
+	st := claim.NewStore(pool, nil)
+	tenant, scope := "", "the whole fleet"
+	if o.tenant != "" {
+		t, err := st.TenantBySlug(ctx, o.tenant)
+		if err != nil {
+			return err
+		}
+		tenant, scope = t.ID, "tenant "+t.Slug
+	}
+	if err := st.SetPaused(ctx, claim.DBAuditor{}, cliActor().Actor, tenant, pause); err != nil {
+		return err
+	}
+	if pause {
+		fmt.Fprintln(stdout, "paused:", scope, "(no new lease or action; actions in flight finish)")
+	} else {
+		fmt.Fprintln(stdout, "resumed:", scope)
+	}
+	return nil
 }
 
 func cliActor() audit.Entry {

@@ -37,6 +37,8 @@ var commands = []struct{ name, help string }{
 	{"admin create-user", "create an operator: --email, --role admin|operator|viewer; prints a one-time password, or reads one with --password-stdin"},
 	{"admin reset-mfa", "remove a user's TOTP enrolment and end their sessions (--email); they enrol again at the next sign-in"},
 	{"admin disable-user", "disable a user and end their sessions (--email)"},
+	{"admin pause", "pause claiming: no new lease, no new action (the whole fleet, or --tenant SLUG); audited"},
+	{"admin resume", "resume claiming (the whole fleet, or --tenant SLUG); audited"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
 }

@@ -67,6 +67,10 @@ CREATE TABLE claim_transitions (
 );
 CREATE INDEX claim_transitions_key ON claim_transitions (tenant_id, target_job_key, id);
 
+-- The legality check runs BEFORE the row is written; the log is written
+-- AFTER, so it records only rows really inserted or updated: a racer whose
+-- INSERT … ON CONFLICT lost fires the BEFORE INSERT trigger for a row that is
+-- never written, and must leave no trace.
 CREATE FUNCTION claim_transition_check() RETURNS trigger
     LANGUAGE plpgsql AS $$
 DECLARE
@@ -74,8 +78,6 @@ DECLARE
 BEGIN
     IF TG_OP = 'INSERT' THEN
         legal := NEW.state = 'LEASED';
-        INSERT INTO claim_transitions (tenant_id, target_job_key, from_state, to_state, outcome, token, holder_agent, holder_worker)
-        VALUES (NEW.tenant_id, NEW.target_job_key, NULL, NEW.state, NEW.outcome, NEW.token, NEW.holder_agent, NEW.holder_worker);
     ELSE
         legal := (OLD.state, NEW.state) IN (
             ('LEASED', 'LEASED'),      -- re-lease of an expired lease (new token)
@@ -88,11 +90,8 @@ BEGIN
             ('ACTING', 'UNKNOWN'),
             ('UNKNOWN', 'CONFIRMED'),  -- reconciled: the board has our booking
             ('UNKNOWN', 'RELEASED'))   -- reconciled: a complete look-up found none
+            -- an in-place update that is not a transition (same state, same token)
             OR (OLD.state = NEW.state AND OLD.token = NEW.token AND NEW.state <> 'LEASED');
-        IF legal AND (OLD.state <> NEW.state OR OLD.token <> NEW.token) THEN
-            INSERT INTO claim_transitions (tenant_id, target_job_key, from_state, to_state, outcome, token, holder_agent, holder_worker)
-            VALUES (NEW.tenant_id, NEW.target_job_key, OLD.state, NEW.state, NEW.outcome, NEW.token, NEW.holder_agent, NEW.holder_worker);
-        END IF;
     END IF;
     IF NOT legal THEN
         RAISE EXCEPTION 'claim: illegal transition % -> % for %', CASE WHEN TG_OP = 'INSERT' THEN 'none' ELSE OLD.state END, NEW.state, NEW.target_job_key
@@ -105,6 +104,19 @@ BEGIN
 END $$;
 CREATE TRIGGER claims_transition BEFORE INSERT OR UPDATE ON claims
     FOR EACH ROW EXECUTE FUNCTION claim_transition_check();
+
+CREATE FUNCTION claim_transition_log() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' OR OLD.state <> NEW.state OR OLD.token <> NEW.token THEN
+        INSERT INTO claim_transitions (tenant_id, target_job_key, from_state, to_state, outcome, token, holder_agent, holder_worker)
+        VALUES (NEW.tenant_id, NEW.target_job_key, CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END, NEW.state,
+                NEW.outcome, NEW.token, NEW.holder_agent, NEW.holder_worker);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER claims_transition_log AFTER INSERT OR UPDATE ON claims
+    FOR EACH ROW EXECUTE FUNCTION claim_transition_log();
 
 ALTER TABLE claims ENABLE ROW LEVEL SECURITY;
 ALTER TABLE claims FORCE ROW LEVEL SECURITY;

@@ -21,19 +21,15 @@ type Holder struct {
 	Worker string // the worker's name inside that agent
 }
 
-// LeaseRequest asks for the lease of one job.
+// LeaseRequest asks for the lease of one job. The job's facts and its first
+// three timestamps come from the panel's record of the queued job
+// (claim_jobs), never from the request.
 type LeaseRequest struct {
 	Tenant string
 	Key    string
 	Holder Holder
 	// For is the lease's length, counted by the database clock.
 	For time.Duration
-	// Stage timestamps already known (agent ones corrected by clock offset).
-	PublishedAt, SeenAt, QueuedAt time.Time
-	ClockError                    time.Duration
-	// LoadExpiresAt is when the job disappears from the board; the settled
-	// key is kept at least until then.
-	LoadExpiresAt time.Time
 }
 
 // Lease is a granted lease.
@@ -53,11 +49,28 @@ type Lease struct {
 // switch is on: there is nothing to act on.
 var ErrNotGranted = errors.New("claim: lease not granted")
 
-// Refusal explains why a fenced statement did nothing.
+// Refusal explains why a statement did nothing.
 type Refusal struct {
-	Reason string // stale_token, not_holder, wrong_state, expired, paused, missing
+	// Reason is one of the Reason* constants.
+	Reason string
 	State  State
 }
+
+// Refusal reasons (the wire constants for the same cases are in modules/wire).
+const (
+	ReasonHeld       = "held"
+	ReasonPaused     = "paused"
+	ReasonUnknownJob = "unknown_job"
+	ReasonFiltered   = "filtered"
+	ReasonCapReached = "cap_reached"
+	ReasonReview     = "review"
+	ReasonStaleToken = "stale_token"
+	ReasonNotHolder  = "not_holder"
+	ReasonWrongState = "wrong_state"
+	ReasonExpired    = "expired"
+	ReasonMissing    = "missing"
+	ReasonConflict   = "conflict"
+)
 
 func (r *Refusal) Error() string {
 	if r.State != "" {
@@ -65,6 +78,9 @@ func (r *Refusal) Error() string {
 	}
 	return "claim: refused (" + r.Reason + ")"
 }
+
+// Is makes errors.Is(err, ErrNotGranted) true for every refusal.
+func (r *Refusal) Is(target error) bool { return target == ErrNotGranted }
 
 // Enqueuer inserts a job inside a transaction (River's client satisfies it).
 type Enqueuer interface {
@@ -83,6 +99,13 @@ func NewStore(pool *pgxpool.Pool, river Enqueuer) *Store {
 	return &Store{pool: pool, river: river}
 }
 
+// SetEnqueuer sets the River client once it exists (its workers need the
+// engine, the engine's store needs the client).
+func (s *Store) SetEnqueuer(river Enqueuer) { s.river = river }
+
+// Pool is the store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 func nullTime(t time.Time) any {
 	if t.IsZero() {
 		return nil
@@ -90,53 +113,145 @@ func nullTime(t time.Time) any {
 	return t
 }
 
+// dayStart is the start of the current UTC day by the database clock: the
+// daily cap's window.
+const dayStart = `(date_trunc('day', clock_timestamp() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')`
+
+// capOK is true while the tenant may start one more claim that could become
+// a booking today.
+const capOK = `(t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
+      AND x.state IN ('LEASED','ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= ` + dayStart + `
+      AND x.target_job_key <> $2) < t.daily_booking_cap)`
+
+// wantedSQL is true when one of the tenant's enabled filters matches the
+// panel's record of the job (the same rule as Filter.Match).
+const wantedSQL = `EXISTS (SELECT 1 FROM claim_filters f WHERE f.tenant_id = $1 AND claim_filter_matches(f, j))`
+
+// reviewOK is true when the job needs no review or an operator approved it.
+const reviewOK = `(t.review_above_cents IS NULL OR j.rate_cents <= t.review_above_cents
+      OR EXISTS (SELECT 1 FROM claim_reviews r WHERE r.tenant_id = $1 AND r.job_key = $2 AND r.state = 'APPROVED'))`
+
 // leaseSQL grants the first lease with an insert, and a re-lease only from
 // RELEASED or LEASED-and-expired, by one conditional upsert: ACTING and
 // UNKNOWN are never re-leased. At READ COMMITTED a concurrent insert of the
 // same key waits for the first to commit and then re-checks the condition
 // against the committed row, so exactly one racer gets a row back. The pause
-// switches are read in the same statement.
+// switches, the tenant's filters (against the panel's record of the job, so
+// Redis can never make a tenant book a load it did not want), the load's
+// expiry, the daily cap and review are read in the same statement.
 const leaseSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
-                    lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, load_expires_at)
+                    lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, load_expires_at, cell)
 SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, gen_random_uuid(),
-       clock_timestamp() + make_interval(secs => $5), clock_timestamp(), $6, $7, $8, $9, $10
-WHERE NOT (SELECT paused FROM fleet_switches)
-  AND NOT COALESCE((SELECT paused FROM tenants WHERE id = $1), true)
+       clock_timestamp() + make_interval(secs => $5), clock_timestamp(),
+       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.expires_at, j.cell
+FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
+WHERE j.tenant_id = $1 AND j.job_key = $2
+  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
+  -- A loser that already sees a live claim stops here, without queueing
+  -- for the row lock; the ON CONFLICT condition below still decides.
+  AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
+      AND NOT (x.state = 'RELEASED' OR (x.state = 'LEASED' AND x.lease_expires_at < clock_timestamp())))
+  AND ` + wantedSQL + `
+  AND ` + capOK + `
+  AND ` + reviewOK + `
 ON CONFLICT (tenant_id, target_job_key) DO UPDATE SET
     state = 'LEASED', token = EXCLUDED.token, holder_agent = EXCLUDED.holder_agent,
     holder_worker = EXCLUDED.holder_worker, operation_id = EXCLUDED.operation_id,
     lease_expires_at = EXCLUDED.lease_expires_at, leased_at = EXCLUDED.leased_at,
-    published_at = COALESCE(EXCLUDED.published_at, c.published_at), seen_at = EXCLUDED.seen_at,
+    published_at = EXCLUDED.published_at, seen_at = EXCLUDED.seen_at,
     queued_at = EXCLUDED.queued_at, clock_error_ms = EXCLUDED.clock_error_ms,
-    load_expires_at = COALESCE(EXCLUDED.load_expires_at, c.load_expires_at),
+    load_expires_at = EXCLUDED.load_expires_at, cell = EXCLUDED.cell,
     act_deadline = NULL, act_started_at = NULL, act_sent_at = NULL, confirmed_at = NULL,
     outcome = NULL, outcome_detail = NULL, settled_at = NULL, attempts = c.attempts + 1
 WHERE c.state = 'RELEASED' OR (c.state = 'LEASED' AND c.lease_expires_at < clock_timestamp())
 RETURNING token, operation_id::text, leased_at, lease_expires_at,
           (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, attempts`
 
-// Lease tries to win the job for req.Holder. It returns ErrNotGranted when
-// someone else holds it, it is settled, or the fleet or tenant is paused.
+// Lease tries to win the job for req.Holder. When it is not granted the error
+// is a *Refusal saying why (held, paused, unknown_job, filtered, cap_reached,
+// review); errors.Is(err, ErrNotGranted) holds for all of them.
+//
+// The statement and the diagnosis of a refusal travel in one round trip:
+// the diagnosis runs after the lease statement, with its own snapshot (READ
+// COMMITTED), so a loser sees the winner's committed row.
 func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if req.For <= 0 {
 		return Lease{}, errors.New("claim: lease length must be positive")
 	}
 	l := Lease{Key: req.Key}
 	var remainingMS int64
-	err := db.TenantRow(ctx, s.pool, req.Tenant, leaseSQL,
-		req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(),
-		nullTime(req.PublishedAt), nullTime(req.SeenAt), nullTime(req.QueuedAt),
-		req.ClockError.Milliseconds(), nullTime(req.LoadExpiresAt),
-	).Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt)
+	b := &pgx.Batch{}
+	b.Queue("SELECT set_config('app.tenant_id', $1, true)", req.Tenant)
+	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds())
+	b.Queue(leaseDiagSQL, req.Tenant, req.Key)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+	}
+	err := br.QueryRow().Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt)
+	if err == nil {
+		l.Remaining = time.Duration(remainingMS) * time.Millisecond
+		return l, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+	}
+	var d leaseDiag
+	err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
+		&d.reviewFine, &d.rate, &d.state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, ErrNotGranted
+		return Lease{}, &Refusal{Reason: ReasonUnknownJob}
 	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
 	}
-	l.Remaining = time.Duration(remainingMS) * time.Millisecond
-	return l, nil
+	br.Close()
+	return Lease{}, s.leaseRefusal(ctx, req.Tenant, req.Key, d)
+}
+
+type leaseDiag struct {
+	globalPaused, tenantPaused, haveJob, expired, wanted, capFine, reviewFine bool
+	rate                                                                      int64
+	state                                                                     *string
+}
+
+const leaseDiagSQL = `
+SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
+       COALESCE(j.expires_at <= clock_timestamp(), false),
+       j.job_key IS NOT NULL AND ` + wantedSQL + `, ` + capOK + `,
+       j.job_key IS NULL OR ` + reviewOK + `, COALESCE(j.rate_cents, 0),
+       (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2)
+FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
+WHERE t.id = $1`
+
+// leaseRefusal names the reason of a refused lease from its diagnosis. A
+// job that needs review gets a pending review row here.
+func (s *Store) leaseRefusal(ctx context.Context, tenant, key string, d leaseDiag) error {
+	var st State
+	if d.state != nil {
+		st = State(*d.state)
+	}
+	switch {
+	case d.globalPaused || d.tenantPaused:
+		return &Refusal{Reason: ReasonPaused, State: st}
+	case !d.haveJob || d.expired:
+		return &Refusal{Reason: ReasonUnknownJob, State: st}
+	case st != "" && st != Released && st != Leased:
+		return &Refusal{Reason: ReasonHeld, State: st}
+	case !d.wanted:
+		return &Refusal{Reason: ReasonFiltered, State: st}
+	case !d.capFine:
+		return &Refusal{Reason: ReasonCapReached, State: st}
+	case !d.reviewFine:
+		if err := s.requestReview(ctx, tenant, key, d.rate); err != nil {
+			return err
+		}
+		return &Refusal{Reason: ReasonReview, State: st}
+	}
+	return &Refusal{Reason: ReasonHeld, State: st}
 }
 
 // ActGrant is the permission to send the action.
@@ -148,22 +263,38 @@ type ActGrant struct {
 // startActingSQL is the one fenced statement before the click: token, holder,
 // state, both pause switches and lease expiry by the database clock, so a
 // worker that paused past its lease is refused whatever its own clock says.
+// The daily cap is checked in it too, exactly: when the tenant has a cap, the
+// statement before it in the same implicit transaction takes the tenant's
+// advisory lock, so ACTING starts of one tenant count each other.
 const startActingSQL = `
 UPDATE claims SET state = 'ACTING', act_started_at = clock_timestamp(),
        act_deadline = clock_timestamp() + make_interval(secs => $6)
-WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3
-  AND holder_agent = $4 AND holder_worker = $5 AND state = 'LEASED'
-  AND lease_expires_at > clock_timestamp()
-  AND NOT (SELECT paused FROM fleet_switches)
-  AND NOT (SELECT paused FROM tenants WHERE id = $1)
-RETURNING operation_id::text, act_deadline`
+FROM tenants t
+WHERE t.id = $1 AND claims.tenant_id = $1 AND claims.target_job_key = $2 AND claims.token = $3
+  AND claims.holder_agent = $4 AND claims.holder_worker = $5 AND claims.state = 'LEASED'
+  AND claims.lease_expires_at > clock_timestamp()
+  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  AND (t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
+      AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= ` + dayStart + `) < t.daily_booking_cap)
+RETURNING claims.operation_id::text, claims.act_deadline`
 
 // StartActing moves a lease to ACTING, or explains with a *Refusal why not.
 // hardTimeout bounds the action: past it the sweeper makes the claim UNKNOWN.
 func (s *Store) StartActing(ctx context.Context, tenant, key string, token int64, h Holder, hardTimeout time.Duration) (ActGrant, error) {
 	var g ActGrant
-	err := db.TenantRow(ctx, s.pool, tenant, startActingSQL, tenant, key, token, h.Agent, h.Worker, hardTimeout.Seconds()).
-		Scan(&g.OperationID, &g.Deadline)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('app.tenant_id', $1, true),
+		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
+		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant)
+	b.Queue(startActingSQL, tenant, key, token, h.Agent, h.Worker, hardTimeout.Seconds())
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&g.OperationID, &g.Deadline)
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ActGrant{}, s.refusal(ctx, tenant, key, token, h, true)
 	}
@@ -178,29 +309,34 @@ func (s *Store) refusal(ctx context.Context, tenant, key string, token int64, h 
 	var state State
 	var tok int64
 	var agent, worker string
-	var expired, paused bool
+	var expired, paused, capped bool
 	err := db.TenantRow(ctx, s.pool, tenant, `
-		SELECT state, token, holder_agent::text, holder_worker, lease_expires_at <= clock_timestamp(),
-		       (SELECT paused FROM fleet_switches) OR (SELECT paused FROM tenants WHERE id = $1)
-		FROM claims WHERE tenant_id = $1 AND target_job_key = $2`, tenant, key).
-		Scan(&state, &tok, &agent, &worker, &expired, &paused)
+		SELECT c.state, c.token, c.holder_agent::text, c.holder_worker, c.lease_expires_at <= clock_timestamp(),
+		       (SELECT paused FROM fleet_switches) OR t.paused,
+		       t.daily_booking_cap IS NOT NULL AND (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
+		           AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= `+dayStart+`) >= t.daily_booking_cap
+		FROM claims c JOIN tenants t ON t.id = c.tenant_id
+		WHERE c.tenant_id = $1 AND c.target_job_key = $2`, tenant, key).
+		Scan(&state, &tok, &agent, &worker, &expired, &paused, &capped)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return &Refusal{Reason: "missing"}
+		return &Refusal{Reason: ReasonMissing}
 	case err != nil:
 		return fmt.Errorf("claim: %w", err)
 	case tok != token:
-		return &Refusal{Reason: "stale_token", State: state}
+		return &Refusal{Reason: ReasonStaleToken, State: state}
 	case agent != h.Agent || worker != h.Worker:
-		return &Refusal{Reason: "not_holder", State: state}
+		return &Refusal{Reason: ReasonNotHolder, State: state}
 	case checkLease && state != Leased, !checkLease && state != Acting:
-		return &Refusal{Reason: "wrong_state", State: state}
+		return &Refusal{Reason: ReasonWrongState, State: state}
 	case checkLease && paused:
-		return &Refusal{Reason: "paused", State: state}
+		return &Refusal{Reason: ReasonPaused, State: state}
 	case checkLease && expired:
-		return &Refusal{Reason: "expired", State: state}
+		return &Refusal{Reason: ReasonExpired, State: state}
+	case checkLease && capped:
+		return &Refusal{Reason: ReasonCapReached, State: state}
 	}
-	return &Refusal{Reason: "conflict", State: state}
+	return &Refusal{Reason: ReasonConflict, State: state}
 }
 
 // Outcome is what an actor reports after acting.
@@ -225,11 +361,14 @@ func (ReconcileArgs) Kind() string { return "claim.reconcile" }
 
 // InsertOpts makes the job unique per claim attempt.
 func (ReconcileArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: "reconcile", UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	// Retried with backoff for as long as it takes (about a week at the
+	// default one-minute cap); the sweeper re-enqueues one discarded anyway.
+	return river.InsertOpts{Queue: ReconcileQueue, MaxAttempts: 10000, UniqueOpts: river.UniqueOpts{ByArgs: true}}
 }
 
 // Report records an actor's outcome. It checks token, holder and state but
-// not expiry: a true CONFIRMED may arrive late. UNKNOWN and its reconcile job
+// not expiry: a true CONFIRMED may arrive late (even after the sweeper made
+// the claim UNKNOWN). UNKNOWN and its reconcile job
 // are written in one transaction, so no UNKNOWN is ever stranded.
 func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h Holder, o Outcome) error {
 	var set string
@@ -245,17 +384,14 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	default:
 		return fmt.Errorf("claim: %q is not an outcome an actor may report", o.Result)
 	}
-	// Every branch binds the same parameters; only CONFIRMED stamps the
-	// confirmation time (the board's, corrected, or the database's now).
-	confirmedAt, confirmedDefault := nullTime(o.ConfirmedAt), "clock_timestamp()"
-	if o.Result != Confirmed {
-		confirmedAt, confirmedDefault = nil, "confirmed_at"
-	}
 	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8,
-		confirmed_at = COALESCE($7::timestamptz, ` + confirmedDefault + `)
+		confirmed_at = CASE WHEN $9 THEN COALESCE($7::timestamptz, clock_timestamp()) ELSE confirmed_at END
 		WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND holder_agent = $4
-		  AND holder_worker = $5 AND state = 'ACTING'`
-	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), confirmedAt, truncate(o.Detail, 500)}
+		  AND holder_worker = $5 AND (state = 'ACTING' OR (state = 'UNKNOWN' AND $9))`
+	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), nullTime(o.ConfirmedAt), truncate(o.Detail, 500),
+		// A true CONFIRMED may arrive after the sweeper made the claim
+		// UNKNOWN: it settles it as the reconciler would.
+		o.Result == Confirmed}
 	var n int64
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, q, args...)
@@ -341,33 +477,43 @@ type Claim struct {
 	OperationID                  string
 	Outcome, Detail              string
 	Attempts                     int
+	Cell                         string
+	ClockErrorMS                 int64
 	LeasedAt                     time.Time
 	LeaseExpiresAt               time.Time
 	ActStartedAt, ActSentAt      *time.Time
 	ConfirmedAt, SettledAt       *time.Time
 	PublishedAt, SeenAt, QueueAt *time.Time
+	LoadExpiresAt                *time.Time
+}
+
+const claimCols = `tenant_id::text, target_job_key, state, token, holder_agent::text, holder_worker, operation_id::text,
+	COALESCE(outcome, ''), COALESCE(outcome_detail, ''), attempts, COALESCE(cell, ''), COALESCE(clock_error_ms, 0),
+	leased_at, lease_expires_at, act_started_at, act_sent_at, confirmed_at, settled_at,
+	published_at, seen_at, queued_at, load_expires_at`
+
+func scanClaim(r pgx.CollectableRow) (Claim, error) {
+	var c Claim
+	err := r.Scan(&c.Tenant, &c.Key, &c.State, &c.Token, &c.Holder.Agent, &c.Holder.Worker, &c.OperationID,
+		&c.Outcome, &c.Detail, &c.Attempts, &c.Cell, &c.ClockErrorMS,
+		&c.LeasedAt, &c.LeaseExpiresAt, &c.ActStartedAt, &c.ActSentAt, &c.ConfirmedAt, &c.SettledAt,
+		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt)
+	return c, err
 }
 
 // Get reads one claim.
 func (s *Store) Get(ctx context.Context, tenant, key string) (Claim, error) {
-	c := Claim{Tenant: tenant, Key: key}
-	var outcome, detail *string
-	err := db.TenantRow(ctx, s.pool, tenant, `
-		SELECT state, token, holder_agent::text, holder_worker, operation_id::text, outcome, outcome_detail,
-		       attempts, leased_at, lease_expires_at, act_started_at, act_sent_at, confirmed_at, settled_at,
-		       published_at, seen_at, queued_at
-		FROM claims WHERE tenant_id = $1 AND target_job_key = $2`, tenant, key).
-		Scan(&c.State, &c.Token, &c.Holder.Agent, &c.Holder.Worker, &c.OperationID, &outcome, &detail,
-			&c.Attempts, &c.LeasedAt, &c.LeaseExpiresAt, &c.ActStartedAt, &c.ActSentAt, &c.ConfirmedAt, &c.SettledAt,
-			&c.PublishedAt, &c.SeenAt, &c.QueueAt)
+	var c Claim
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+claimCols+` FROM claims WHERE tenant_id = $1 AND target_job_key = $2`, tenant, key)
+		if err != nil {
+			return err
+		}
+		c, err = pgx.CollectExactlyOneRow(rows, scanClaim)
+		return err
+	})
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim: get %s: %w", key, err)
-	}
-	if outcome != nil {
-		c.Outcome = *outcome
-	}
-	if detail != nil {
-		c.Detail = *detail
 	}
 	return c, nil
 }

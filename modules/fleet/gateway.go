@@ -22,13 +22,13 @@ import (
 // Claims is the claim engine as the gateway sees it. Tenant and holder come
 // from the authenticated connection, never from the message.
 type Claims interface {
-	Detected(ctx context.Context, tenant, agentID string, d wire.Detected, offset wire.Estimate)
+	Detected(ctx context.Context, tenant, agentID string, d wire.Detected, offset wire.Estimate) error
 	Lease(ctx context.Context, tenant string, h claim.Holder, r wire.LeaseRequest) wire.LeaseResult
 	Act(ctx context.Context, tenant string, h claim.Holder, r wire.ActRequest) wire.ActResult
 	Outcome(ctx context.Context, tenant string, h claim.Holder, o wire.Outcome, offset wire.Estimate) wire.OutcomeAck
 	// AgentLost is told when an agent's connection ends: its actions in
 	// flight can no longer be reported and become UNKNOWN.
-	AgentLost(ctx context.Context, tenant, agentID string)
+	AgentLost(ctx context.Context, tenant, agentID string) error
 }
 
 // GatewayConfig configures the gateway.
@@ -267,7 +267,9 @@ func (c *conn) serve(ctx context.Context) {
 		g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
 	}
 	if cl := g.claimEngine(); cl != nil {
-		cl.AgentLost(bctx, a.Tenant, a.ID)
+		if err := cl.AgentLost(bctx, a.Tenant, a.ID); err != nil {
+			g.log.Warn("settle a lost agent's actions", "agent", a.ID, "err", err)
+		}
 	}
 	g.log.Info("agent disconnected", "agent", a.ID, "tenant", a.Tenant)
 }
@@ -496,7 +498,11 @@ func (c *conn) claim(ctx context.Context, m wire.Message) bool {
 		tenant := c.agent.Tenant
 		switch x := m.(type) {
 		case wire.Detected:
-			cl.Detected(ctx, tenant, c.agent.ID, x, c.Offset())
+			if err := cl.Detected(ctx, tenant, c.agent.ID, x, c.Offset()); err != nil && ctx.Err() == nil {
+				// A failing cell refuses sightings; the watcher sees the job
+				// again on its next poll once the cell is back.
+				c.g.log.Debug("sighting refused", "agent", c.agent.ID, "err", err)
+			}
 		case wire.LeaseRequest:
 			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
 		case wire.ActRequest:

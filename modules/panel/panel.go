@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -32,6 +33,8 @@ import (
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 )
 
@@ -130,11 +133,16 @@ type Panel struct {
 	InstallationID string
 	Fleet          *fleet.Store
 	Gateway        *fleet.Gateway
-	srv            *server.Server
-	bg             sync.WaitGroup
-	bgStop         context.CancelFunc
-	hbStop         context.CancelFunc
-	hbDone         chan struct{}
+	// Claims is the claim engine; the gateway attaches its Offerer and
+	// Lookuper (Claims.SetOfferer, Claims.SetLookuper).
+	Claims *claim.Engine
+	// Cells runs the claim engine's cells (Redis dedupe, streams, offers).
+	Cells  *cell.Manager
+	srv    *server.Server
+	bg     sync.WaitGroup
+	bgStop context.CancelFunc
+	hbStop context.CancelFunc
+	hbDone chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -224,18 +232,27 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	// must not take the whole panel out of its load balancer.
 	p.Health.Add(server.Check{Name: "redis:default", Probe: func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() }})
 
+	// The claim engine: its store needs the River client (UNKNOWN and its
+	// reconcile job commit together) and River needs its workers, so the
+	// client is attached once it exists.
+	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
+		return err
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
+	p.Claims.AddWorkers(workers)
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}}
+	maps.Copy(queues, claim.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
+		Queues:  queues,
 		Workers: workers,
 		// Periodic jobs run on the elected leader only, so replicas never
 		// overlap; a missed run simply happens at the next start (catch-up
 		// policy: run once, not once per missed interval).
-		PeriodicJobs: []*river.PeriodicJob{
+		PeriodicJobs: append([]*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneReplicasArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
@@ -245,14 +262,21 @@ func (p *Panel) start(ctx context.Context) (err error) {
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
-		},
+		}, p.Claims.PeriodicJobs()...),
 	})
 	if err != nil {
 		return fmt.Errorf("panel: river: %w", err)
 	}
+	p.Claims.Store().SetEnqueuer(p.River)
 	if err := p.River.Start(ctx); err != nil {
 		return fmt.Errorf("panel: start river: %w", err)
 	}
+	p.Cells = cell.New(p.DB, p.Claims.CellConfig(cell.Config{DefaultRedisURL: redisURL, Consumer: p.ReplicaID,
+		Log: log, Registerer: p.Reg}))
+	if err := p.Cells.Start(ctx); err != nil {
+		return err
+	}
+	p.Claims.SetCells(p.Cells)
 
 	if err := p.DB.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&p.InstallationID); err != nil {
 		return fmt.Errorf("panel: read installation id: %w", err)
@@ -270,8 +294,10 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: %w", err)
 	}
 	p.Fleet = fleet.NewStore(p.DB, v)
-	p.Gateway = fleet.NewGateway(p.Fleet, nil, fleet.GatewayConfig{
+	p.Gateway = fleet.NewGateway(p.Fleet, p.Claims, fleet.GatewayConfig{
 		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg}, log)
+	p.Claims.SetOfferer(p.Gateway)
+	p.Claims.SetLookuper(p.Gateway)
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	p.bgStop = bgStop
 	p.bg.Add(1)
@@ -339,6 +365,9 @@ func (p *Panel) Stop() {
 	if p.bgStop != nil {
 		p.bgStop()
 		p.bg.Wait()
+	}
+	if p.Cells != nil {
+		p.Cells.Stop()
 	}
 	if p.River != nil {
 		if err := p.River.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -1,0 +1,463 @@
+package claim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Offset is an agent's measured clock offset with its error bound (from the
+// gateway's ping/pong estimator). Agent timestamps are corrected with it.
+type Offset = wire.Estimate
+
+// Offerer delivers an offer to the tenant's connected actors on this replica
+// (the gateway implements it). Every replica receives every offer of the
+// tenants of the cells it runs; each fans out to its own connections.
+type Offerer interface {
+	Offer(ctx context.Context, tenant string, o wire.Offer)
+}
+
+// Lookuper asks any signed-in agent of the tenant to look up the client's
+// bookings on the platform (the gateway implements it; the panel holds no
+// platform credentials).
+type Lookuper interface {
+	Lookup(ctx context.Context, tenant string, l wire.Lookup) (wire.LookupResult, error)
+}
+
+// Config tunes the engine. Zero values take the defaults.
+type Config struct {
+	// LeaseFor is the lease's length by the database clock (default 5s).
+	LeaseFor time.Duration
+	// HardTimeout bounds an action once ACTING; past it the sweeper makes
+	// the claim UNKNOWN (default 15s). Workers get it in the lease result.
+	HardTimeout time.Duration
+	// BoardWorstLatency is the slowest the board is believed to commit a
+	// booking after the request left (default 10s).
+	BoardWorstLatency time.Duration
+	// ClockErrorBound is the largest clock error allowed between panel,
+	// agents and board (default 2s).
+	ClockErrorBound time.Duration
+	// Grace: the reconciler never releases before this long after the
+	// action started. It must be ≥ HardTimeout + BoardWorstLatency +
+	// ClockErrorBound; zero means exactly that sum.
+	Grace time.Duration
+	// FilterCacheTTL is how long the dispatcher trusts its copy of a
+	// tenant's filters (default 2s): an edit applies within it everywhere.
+	FilterCacheTTL time.Duration
+	// Backoff is the reconciler's retry delay after attempt n (1-based).
+	// Default: 1s doubling to 1 minute.
+	Backoff func(attempt int) time.Duration
+	// SweepEvery, DuplicateSweepEvery: periods of the leader's sweeps
+	// (defaults 2s and 5m). DuplicateWindow: how far back the duplicate
+	// sweep looks (default 24h). ArchiveMargin: settled claims are archived
+	// this long after their load expired (default 10m).
+	SweepEvery, DuplicateSweepEvery time.Duration
+	DuplicateWindow, ArchiveMargin  time.Duration
+	// StrandedAfter: an UNKNOWN this old with no live reconcile job gets a
+	// new one (default 5m).
+	StrandedAfter time.Duration
+	Clock         clock.Clock
+	Log           *slog.Logger
+	Registerer    prometheus.Registerer
+	Auditor       Auditor
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseFor, 5*time.Second)
+	def(&c.HardTimeout, 15*time.Second)
+	def(&c.BoardWorstLatency, 10*time.Second)
+	def(&c.ClockErrorBound, 2*time.Second)
+	def(&c.FilterCacheTTL, 2*time.Second)
+	def(&c.SweepEvery, 2*time.Second)
+	def(&c.DuplicateSweepEvery, 5*time.Minute)
+	def(&c.DuplicateWindow, 24*time.Hour)
+	def(&c.ArchiveMargin, 10*time.Minute)
+	def(&c.StrandedAfter, 5*time.Minute)
+	if c.Grace <= 0 {
+		c.Grace = c.MinGrace()
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Auditor == nil {
+		c.Auditor = DBAuditor{}
+	}
+}
+
+// MinGrace is the least grace the rule allows.
+func (c Config) MinGrace() time.Duration {
+	return c.HardTimeout + c.BoardWorstLatency + c.ClockErrorBound
+}
+
+// DefaultBackoff is 1s, 2s, 4s … capped at one minute.
+func DefaultBackoff(attempt int) time.Duration {
+	d := time.Second
+	for i := 1; i < attempt && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// Engine is the panel-side claim API the gateway calls. Tenant and holder
+// always come from the authenticated agent, never from a message.
+type Engine struct {
+	store *Store
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+
+	mu       sync.RWMutex
+	cells    *cell.Manager
+	offerer  Offerer
+	lookuper Lookuper
+
+	fmu     sync.Mutex
+	filters map[string]cachedFilters
+}
+
+type cachedFilters struct {
+	list []Filter
+	at   time.Time
+}
+
+// NewEngine returns an engine over store. It refuses a grace below the rule.
+func NewEngine(store *Store, cfg Config) (*Engine, error) {
+	cfg.defaults()
+	if cfg.Grace < cfg.MinGrace() {
+		return nil, fmt.Errorf("claim: grace %s is below hard timeout + board worst latency + clock error bound = %s",
+			cfg.Grace, cfg.MinGrace())
+	}
+	return &Engine{store: store, cfg: cfg, log: cfg.Log.With("component", "claim"), m: newMetrics(cfg.Registerer),
+		filters: map[string]cachedFilters{}}, nil
+}
+
+// Store is the engine's store.
+func (e *Engine) Store() *Store { return e.store }
+
+// Config is the engine's effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// SetCells attaches the cell manager (Detected needs it).
+func (e *Engine) SetCells(m *cell.Manager) { e.mu.Lock(); e.cells = m; e.mu.Unlock() }
+
+// Cells is the attached cell manager (nil before SetCells).
+func (e *Engine) Cells() *cell.Manager { e.mu.RLock(); defer e.mu.RUnlock(); return e.cells }
+
+// SetOfferer attaches the gateway's offer fan-out.
+func (e *Engine) SetOfferer(o Offerer) { e.mu.Lock(); e.offerer = o; e.mu.Unlock() }
+
+// SetLookuper attaches the gateway's look-up.
+func (e *Engine) SetLookuper(l Lookuper) { e.mu.Lock(); e.lookuper = l; e.mu.Unlock() }
+
+func (e *Engine) lookup() Lookuper { e.mu.RLock(); defer e.mu.RUnlock(); return e.lookuper }
+
+// CellConfig fills a cell.Config's Dispatch and Deliver with the engine's.
+func (e *Engine) CellConfig(c cell.Config) cell.Config {
+	c.Dispatch = e.Dispatch
+	c.Deliver = e.Deliver
+	return c
+}
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Detected handles a watcher's sightings: each agent timestamp is corrected
+// to the panel's clock by the measured offset (the error bound goes with
+// it), then the tenant's cell drops duplicates and queues the first. It
+// returns the first error (cell.ErrFailing while the cell is down); the
+// other sightings are still tried.
+func (e *Engine) Detected(ctx context.Context, tenant, agentID string, det wire.Detected, offset Offset) error {
+	cells := e.Cells()
+	if cells == nil {
+		return errors.New("claim: no cells attached")
+	}
+	var first error
+	for _, s := range det.Sightings {
+		if s.Job.Key == "" {
+			continue
+		}
+		seen := e.cfg.Clock.Now()
+		if !s.SeenAt.IsZero() {
+			seen = offset.ToPanel(s.SeenAt)
+		}
+		_, _, err := cells.Detect(ctx, cell.Entry{Tenant: tenant, Job: s.Job, SeenAt: seen,
+			ClockErrorMS: offset.ErrorBound.Milliseconds(), Agent: agentID, Worker: det.Worker})
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// tenantFilters returns the tenant's filters from a short-lived cache.
+func (e *Engine) tenantFilters(ctx context.Context, tenant string) ([]Filter, error) {
+	e.fmu.Lock()
+	c, ok := e.filters[tenant]
+	e.fmu.Unlock()
+	if ok && e.cfg.Clock.Since(c.at) < e.cfg.FilterCacheTTL {
+		return c.list, nil
+	}
+	list, err := e.store.Filters(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	e.fmu.Lock()
+	e.filters[tenant] = cachedFilters{list: list, at: e.cfg.Clock.Now()}
+	e.fmu.Unlock()
+	return list, nil
+}
+
+func (e *Engine) forgetFilters(tenant string) {
+	e.fmu.Lock()
+	delete(e.filters, tenant)
+	e.fmu.Unlock()
+}
+
+// Dispatch handles one queued entry of a cell's stream: the tenant's filters
+// decide, the panel records the job (the facts the lease checks again), and
+// the offer goes to every replica at once over the cell's pub/sub.
+func (e *Engine) Dispatch(ctx context.Context, cellName string, en cell.Entry) error {
+	filters, err := e.tenantFilters(ctx, en.Tenant)
+	if err != nil {
+		return err
+	}
+	if !Wanted(filters, en.Job) {
+		e.m.dispatched.WithLabelValues("filtered").Inc()
+		return nil
+	}
+	if _, err := e.store.RecordJob(ctx, QueuedJob{Tenant: en.Tenant, Cell: cellName, Job: en.Job, SeenAt: en.SeenAt,
+		QueuedAt: en.QueuedAt, ClockErrorMS: en.ClockErrorMS, Agent: en.Agent, Worker: en.Worker}); err != nil {
+		return err
+	}
+	e.m.dispatched.WithLabelValues("offered").Inc()
+	return e.publish(ctx, cellName, en.Tenant, en.Job, en.SeenAt, en.QueuedAt)
+}
+
+func (e *Engine) publish(ctx context.Context, cellName, tenant string, j wire.Job, seen, queued time.Time) error {
+	cells := e.Cells()
+	if cells == nil {
+		return errors.New("claim: no cells attached")
+	}
+	return cells.Publish(ctx, cellName, tenant, wire.Offer{OfferID: newID(), Job: j, SeenAt: seen, QueuedAt: queued, Cell: cellName})
+}
+
+// Deliver hands an offer from the cell's pub/sub to this replica's actors.
+func (e *Engine) Deliver(ctx context.Context, tenant string, o wire.Offer) {
+	e.mu.RLock()
+	off := e.offerer
+	e.mu.RUnlock()
+	if off != nil {
+		off.Offer(ctx, tenant, o)
+	}
+}
+
+// wireReason maps a refusal to the protocol's reason constant.
+func wireReason(err error) string {
+	var r *Refusal
+	if !errors.As(err, &r) {
+		return wire.ReasonInternal
+	}
+	switch r.Reason {
+	case ReasonHeld, ReasonConflict:
+		return wire.ReasonHeld
+	case ReasonPaused:
+		return wire.ReasonPaused
+	case ReasonUnknownJob, ReasonMissing:
+		return wire.ReasonUnknownJob
+	case ReasonFiltered:
+		return wire.ReasonFiltered
+	case ReasonCapReached:
+		return wire.ReasonCapReached
+	case ReasonReview:
+		return wire.ReasonReview
+	case ReasonStaleToken:
+		return wire.ReasonStaleToken
+	case ReasonNotHolder:
+		return wire.ReasonNotHolder
+	case ReasonExpired:
+		return wire.ReasonExpired
+	case ReasonWrongState:
+		return wire.ReasonWrongState
+	}
+	return wire.ReasonInternal
+}
+
+// holder fills the worker from the message when the gateway gave only the
+// agent: a worker name is scoped inside its authenticated agent.
+func holder(h Holder, worker string) Holder {
+	if h.Worker == "" {
+		h.Worker = worker
+	}
+	return h
+}
+
+// Lease runs the lease statement for an actor. Only a granted result
+// carries a token.
+func (e *Engine) Lease(ctx context.Context, tenant string, h Holder, r wire.LeaseRequest) wire.LeaseResult {
+	h = holder(h, r.Worker)
+	res := wire.LeaseResult{RequestID: r.RequestID, Key: r.Key}
+	if h.Agent == "" || h.Worker == "" || tenant == "" || r.Key == "" {
+		res.Reason = wire.ReasonInternal
+		e.m.leases.WithLabelValues(res.Reason).Inc()
+		return res
+	}
+	l, err := e.store.Lease(ctx, LeaseRequest{Tenant: tenant, Key: r.Key, Holder: h, For: e.cfg.LeaseFor})
+	if err != nil {
+		res.Reason = wireReason(err)
+		if res.Reason == wire.ReasonInternal {
+			e.log.Error("lease failed", "tenant", tenant, "key", r.Key, "err", err)
+		}
+		e.m.leases.WithLabelValues(res.Reason).Inc()
+		return res
+	}
+	e.m.leases.WithLabelValues("granted").Inc()
+	res.Granted, res.Token, res.OperationID = true, l.Token, l.OperationID
+	res.RemainingMillis = l.Remaining.Milliseconds()
+	res.HardTimeoutMillis = e.cfg.HardTimeout.Milliseconds()
+	return res
+}
+
+// Act runs the fenced LEASED → ACTING statement. Act only on OK.
+func (e *Engine) Act(ctx context.Context, tenant string, h Holder, r wire.ActRequest) wire.ActResult {
+	h = holder(h, r.Worker)
+	res := wire.ActResult{RequestID: r.RequestID, Key: r.Key}
+	if h.Agent == "" || h.Worker == "" || tenant == "" {
+		res.Reason = wire.ReasonInternal
+		return res
+	}
+	g, err := e.store.StartActing(ctx, tenant, r.Key, r.Token, h, e.cfg.HardTimeout)
+	if err != nil {
+		res.Reason = wireReason(err)
+		if res.Reason == wire.ReasonInternal {
+			e.log.Error("act failed", "tenant", tenant, "key", r.Key, "err", err)
+		}
+		e.m.acts.WithLabelValues(res.Reason).Inc()
+		return res
+	}
+	e.m.acts.WithLabelValues("ok").Inc()
+	res.OK, res.OperationID = true, g.OperationID
+	return res
+}
+
+// Outcome records an actor's report (or its journal's, after a restart).
+// Agent times are corrected by the offset. A repeat of a report the claim
+// already reflects is acknowledged, so the agent can drop its journal entry.
+func (e *Engine) Outcome(ctx context.Context, tenant string, h Holder, o wire.Outcome, offset Offset) wire.OutcomeAck {
+	h = holder(h, o.Worker)
+	ack := wire.OutcomeAck{RequestID: o.RequestID}
+	var out Outcome
+	switch o.Result {
+	case wire.ResultConfirmed:
+		out.Result = Confirmed
+	case wire.ResultTaken:
+		out.Result = Taken
+	case wire.ResultNotSent:
+		out.Result = NotSent
+	case wire.ResultUnknown:
+		out.Result = Unknown
+	default:
+		ack.Reason = wire.ReasonInternal
+		return ack
+	}
+	if o.FromJournal {
+		// A journal entry found after a restart: whatever it says, the
+		// board may have committed.
+		out.Result = Unknown
+	}
+	if o.SentAt != nil {
+		out.SentAt = offset.ToPanel(*o.SentAt)
+	}
+	if o.ConfirmedAt != nil {
+		out.ConfirmedAt = offset.ToPanel(*o.ConfirmedAt)
+	}
+	out.Detail = o.Detail
+	err := e.store.Report(ctx, tenant, o.Key, o.Token, h, out)
+	var r *Refusal
+	switch {
+	case err == nil:
+		ack.OK = true
+		e.m.outcomes.WithLabelValues(string(out.Result)).Inc()
+		if out.Result == Confirmed {
+			e.observe(ctx, tenant, o.Key)
+		}
+	case errors.As(err, &r) && r.Reason == ReasonWrongState:
+		// Token and holder match: the claim already moved on (a repeated
+		// report, or the sweeper or reconciler got there first).
+		ack.OK = true
+		ack.Reason = wire.ReasonWrongState
+	default:
+		ack.Reason = wireReason(err)
+		if ack.Reason == wire.ReasonInternal {
+			e.log.Error("outcome failed", "tenant", tenant, "key", o.Key, "err", err)
+		}
+	}
+	return ack
+}
+
+// AgentLost makes the agent's ACTING claims UNKNOWN (each with its reconcile
+// job) and releases its LEASED ones. The gateway calls it when an agent's
+// connection ends.
+func (e *Engine) AgentLost(ctx context.Context, tenant, agentID string) error {
+	res, err := e.store.AgentLost(ctx, tenant, agentID)
+	if err != nil {
+		return err
+	}
+	if len(res.Unknown)+len(res.Released) > 0 {
+		e.log.Info("agent lost: claims settled", "tenant", tenant, "agent", agentID,
+			"unknown", len(res.Unknown), "released", len(res.Released))
+	}
+	return nil
+}
+
+// PutFilter saves a filter (audited) and applies it on this replica at once.
+func (e *Engine) PutFilter(ctx context.Context, actor, tenant string, f Filter) (int64, error) {
+	defer e.forgetFilters(tenant)
+	return e.store.PutFilter(ctx, e.cfg.Auditor, actor, tenant, f)
+}
+
+// DeleteFilter removes a filter (audited).
+func (e *Engine) DeleteFilter(ctx context.Context, actor, tenant string, id int64) error {
+	defer e.forgetFilters(tenant)
+	return e.store.DeleteFilter(ctx, e.cfg.Auditor, actor, tenant, id)
+}
+
+// Decide approves or rejects a job waiting for review (audited); an approved
+// job is offered again at once so the tenant's actors race for it.
+func (e *Engine) Decide(ctx context.Context, actor, tenant, key string, approve bool) error {
+	if err := e.store.Decide(ctx, e.cfg.Auditor, actor, tenant, key, approve); err != nil {
+		return err
+	}
+	if !approve {
+		return nil
+	}
+	q, err := e.store.JobRecord(ctx, tenant, key)
+	if err != nil {
+		return err
+	}
+	return e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
+}

@@ -1,0 +1,4 @@
+package claim
+
+const LeaseSQLForTest = leaseSQL
+const LeaseDiagSQLForTest = leaseDiagSQL

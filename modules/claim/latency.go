@@ -1,0 +1,257 @@
+package claim
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetwright/fleetwright/app/db"
+)
+
+// Percentiles of one stage in one group.
+type Percentiles struct {
+	Stage         string
+	N             int
+	P50, P95, P99 time.Duration
+}
+
+// Group is the latency of one group (a cell, a worker, or the whole tenant).
+type Group struct {
+	Name   string
+	Stages []Percentiles
+}
+
+// Quantile is the nearest-rank q-quantile of sorted durations.
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// Summarize computes p50/p95/p99 of every stage over claims.
+func Summarize(name string, claims []Claim) Group {
+	by := map[string][]time.Duration{}
+	for _, c := range claims {
+		for s, d := range c.StageDurations() {
+			by[s] = append(by[s], d)
+		}
+	}
+	g := Group{Name: name}
+	for _, s := range Stages {
+		ds := by[s]
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		g.Stages = append(g.Stages, Percentiles{Stage: s, N: len(ds), P50: Quantile(ds, .5), P95: Quantile(ds, .95), P99: Quantile(ds, .99)})
+	}
+	return g
+}
+
+// GroupBy splits claims by cell or worker ("" or "tenant": one group).
+func GroupBy(claims []Claim, by string) []Group {
+	if by != "cell" && by != "worker" {
+		return []Group{Summarize("tenant", claims)}
+	}
+	parts := map[string][]Claim{}
+	for _, c := range claims {
+		k := c.Cell
+		if by == "worker" {
+			k = c.Holder.Worker
+		}
+		parts[k] = append(parts[k], c)
+	}
+	names := make([]string, 0, len(parts))
+	for k := range parts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]Group, 0, len(names))
+	for _, n := range names {
+		out = append(out, Summarize(n, parts[n]))
+	}
+	return out
+}
+
+// Window reads the tenant's claims leased within the window (current and
+// archived), at most limit, oldest first.
+func (s *Store) Window(ctx context.Context, tenant string, window time.Duration, limit int) ([]Claim, error) {
+	var out []Claim
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT * FROM (
+			SELECT `+claimCols+` FROM claims WHERE leased_at >= clock_timestamp() - make_interval(secs => $1)
+			UNION ALL
+			SELECT `+claimCols+` FROM claims_archive WHERE leased_at >= clock_timestamp() - make_interval(secs => $1)
+			) c ORDER BY leased_at DESC LIMIT $2`, window.Seconds(), limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, scanClaim)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: latency window: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LeasedAt.Before(out[j].LeasedAt) })
+	return out, nil
+}
+
+// WriteCSV writes one row per claim: its timestamps, stage durations in
+// milliseconds and the clock error bound.
+func WriteCSV(w io.Writer, claims []Claim) error {
+	cw := csv.NewWriter(w)
+	head := []string{"job", "state", "cell", "worker", "token", "published_at", "seen_at", "queued_at", "leased_at",
+		"act_sent_at", "confirmed_at", "clock_error_ms"}
+	for _, s := range Stages {
+		head = append(head, s+"_ms")
+	}
+	if err := cw.Write(head); err != nil {
+		return err
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	for _, c := range claims {
+		leased := c.LeasedAt
+		row := []string{c.Key, string(c.State), c.Cell, c.Holder.Worker, strconv.FormatInt(c.Token, 10),
+			ts(c.PublishedAt), ts(c.SeenAt), ts(c.QueueAt), ts(&leased), ts(c.ActSentAt), ts(c.ConfirmedAt),
+			strconv.FormatInt(c.ClockErrorMS, 10)}
+		d := c.StageDurations()
+		for _, s := range Stages {
+			if v, ok := d[s]; ok {
+				row = append(row, strconv.FormatFloat(float64(v)/float64(time.Millisecond), 'f', 3, 64))
+			} else {
+				row = append(row, "")
+			}
+		}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// histBounds are the histogram's bucket upper bounds (ms).
+var histBounds = []float64{5, 10, 25, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, math.Inf(1)}
+
+// HistogramSVG draws the distribution of one stage over claims as bars.
+func HistogramSVG(stage string, claims []Claim) string {
+	counts := make([]int, len(histBounds))
+	total := 0
+	for _, c := range claims {
+		d, ok := c.StageDurations()[stage]
+		if !ok {
+			continue
+		}
+		ms := float64(d) / float64(time.Millisecond)
+		for i, b := range histBounds {
+			if ms <= b {
+				counts[i]++
+				break
+			}
+		}
+		total++
+	}
+	const w, h, pad = 420, 140, 20
+	peak := 1
+	for _, c := range counts {
+		peak = max(peak, c)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s histogram" data-testid="hist-%s">`,
+		w, h+pad*2, w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
+	fmt.Fprintf(&sb, `<text x="4" y="14" font-size="12">%s (n=%d)</text>`, html.EscapeString(stage), total)
+	bw := float64(w-8) / float64(len(counts))
+	for i, c := range counts {
+		bh := float64(h-10) * float64(c) / float64(peak)
+		x := 4 + float64(i)*bw
+		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#4a7bd0"><title>≤%s ms: %d</title></rect>`,
+			x, float64(pad+h)-bh, bw-2, bh, boundLabel(histBounds[i]), c)
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%d" font-size="8" text-anchor="middle">%s</text>`, x+bw/2, pad+h+12, boundLabel(histBounds[i]))
+	}
+	sb.WriteString(`</svg>`)
+	return sb.String()
+}
+
+func boundLabel(b float64) string {
+	if math.IsInf(b, 1) {
+		return "more"
+	}
+	return strconv.FormatFloat(b, 'f', -1, 64)
+}
+
+// SeriesSVG draws p50 and p95 of a stage per minute of lease time.
+func SeriesSVG(stage string, claims []Claim) string {
+	type bucket struct {
+		at time.Time
+		ds []time.Duration
+	}
+	var buckets []*bucket
+	idx := map[int64]*bucket{}
+	for _, c := range claims {
+		d, ok := c.StageDurations()[stage]
+		if !ok {
+			continue
+		}
+		m := c.LeasedAt.Truncate(time.Minute)
+		b := idx[m.Unix()]
+		if b == nil {
+			b = &bucket{at: m}
+			idx[m.Unix()] = b
+			buckets = append(buckets, b)
+		}
+		b.ds = append(b.ds, d)
+	}
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].at.Before(buckets[j].at) })
+	const w, h, pad = 620, 160, 24
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s over time" data-testid="series-%s">`,
+		w, h+pad*2, w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
+	fmt.Fprintf(&sb, `<text x="4" y="14" font-size="12">%s per minute: p50 (blue), p95 (red)</text>`, html.EscapeString(stage))
+	if len(buckets) == 0 {
+		sb.WriteString(`<text x="4" y="40" font-size="12">no data in the window</text></svg>`)
+		return sb.String()
+	}
+	var p50, p95 []time.Duration
+	peak := time.Millisecond
+	for _, b := range buckets {
+		sort.Slice(b.ds, func(i, j int) bool { return b.ds[i] < b.ds[j] })
+		a, c := Quantile(b.ds, .5), Quantile(b.ds, .95)
+		p50, p95 = append(p50, a), append(p95, c)
+		peak = max(peak, c)
+	}
+	point := func(i int, d time.Duration) string {
+		x := float64(pad)
+		if len(buckets) > 1 {
+			x += float64(i) * float64(w-2*pad) / float64(len(buckets)-1)
+		}
+		y := float64(pad+h) - float64(h)*float64(d)/float64(peak)
+		return fmt.Sprintf("%.1f,%.1f", x, y)
+	}
+	for _, line := range []struct {
+		ds    []time.Duration
+		color string
+	}{{p50, "#4a7bd0"}, {p95, "#d04a4a"}} {
+		pts := make([]string, len(line.ds))
+		for i, d := range line.ds {
+			pts[i] = point(i, d)
+		}
+		fmt.Fprintf(&sb, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, line.color, strings.Join(pts, " "))
+	}
+	fmt.Fprintf(&sb, `<text x="4" y="%d" font-size="10">peak %s · %s → %s</text>`, pad+h+16, peak.Round(time.Millisecond),
+		buckets[0].at.UTC().Format("15:04"), buckets[len(buckets)-1].at.UTC().Format("15:04"))
+	sb.WriteString(`</svg>`)
+	return sb.String()
+}

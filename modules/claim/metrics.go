@@ -1,0 +1,84 @@
+package claim
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stages of a claim's life between its six timestamps, plus the two spans
+// the reports split: publish→detect and detect→action.
+const (
+	StagePublishSeen     = "publish_seen"       // published_at → seen_at (= publish→detect)
+	StageSeenQueued      = "seen_queued"        // seen_at → queued_at
+	StageQueuedLeased    = "queued_leased"      // queued_at → leased_at
+	StageLeasedActSent   = "leased_act_sent"    // leased_at → act_sent_at
+	StageActSentConfirm  = "act_sent_confirmed" // act_sent_at → confirmed_at
+	StageDetectAction    = "detect_action"      // seen_at → act_sent_at
+	StagePublishDetected = StagePublishSeen
+)
+
+// Stages lists the stages in report order.
+var Stages = []string{StagePublishSeen, StageSeenQueued, StageQueuedLeased, StageLeasedActSent, StageActSentConfirm, StageDetectAction}
+
+type metrics struct {
+	leases, acts, outcomes, dispatched, reconciled *prometheus.CounterVec
+	stage                                          *prometheus.HistogramVec
+	duplicates                                     *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_leases_total",
+			Help: "Lease requests by result: granted, or the refusal reason."}, []string{"result"}),
+		acts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_acts_total",
+			Help: "LEASED → ACTING requests by result: ok, or the refusal reason."}, []string{"result"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_outcomes_total",
+			Help: "Outcomes recorded, by result."}, []string{"result"}),
+		dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_dispatched_total",
+			Help: "Queued jobs the dispatcher handled: offered, or filtered out."}, []string{"result"}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_reconciled_total",
+			Help: "Reconciler decisions: confirmed, released, incomplete (look-up refused as proof), too_early, settled."}, []string{"result"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_claim_stage_seconds",
+			Help:    "Time between a confirmed claim's timestamps (agent times corrected by the measured offset).",
+			Buckets: []float64{.005, .01, .025, .05, .075, .1, .15, .2, .3, .5, .75, 1, 1.5, 2.5, 5, 10, 30}},
+			[]string{"stage", "tenant", "cell"}),
+		duplicates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_claim_duplicate_confirmations",
+			Help: "Extra bookings of one load the board shows for the tenant's client (board evidence only)."}, []string{"tenant"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.leases, m.acts, m.outcomes, m.dispatched, m.reconciled, m.stage, m.duplicates)
+	}
+	return m
+}
+
+// StageDurations returns the stage spans a claim has (missing timestamps and
+// negative spans, which clock error can produce, are left out).
+func (c Claim) StageDurations() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	span := func(name string, a, b *time.Time) {
+		if a != nil && b != nil && !b.Before(*a) {
+			out[name] = b.Sub(*a)
+		}
+	}
+	leased := &c.LeasedAt
+	span(StagePublishSeen, c.PublishedAt, c.SeenAt)
+	span(StageSeenQueued, c.SeenAt, c.QueueAt)
+	span(StageQueuedLeased, c.QueueAt, leased)
+	span(StageLeasedActSent, leased, c.ActSentAt)
+	span(StageActSentConfirm, c.ActSentAt, c.ConfirmedAt)
+	span(StageDetectAction, c.SeenAt, c.ActSentAt)
+	return out
+}
+
+// observe records a confirmed claim's stages in the histograms.
+func (e *Engine) observe(ctx context.Context, tenant, key string) {
+	c, err := e.store.Get(ctx, tenant, key)
+	if err != nil {
+		return
+	}
+	for stage, d := range c.StageDurations() {
+		e.m.stage.WithLabelValues(stage, tenant, c.Cell).Observe(d.Seconds())
+	}
+}

@@ -1,0 +1,295 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// ReconcileQueue is the River queue of the reconciler; the panel must
+// configure it (Queues does).
+const ReconcileQueue = "reconcile"
+
+// SweepQueue carries the leader's periodic sweeps.
+const SweepQueue = "claim_sweep"
+
+// Queues returns the River queues the claim engine needs.
+func Queues() map[string]river.QueueConfig {
+	return map[string]river.QueueConfig{
+		ReconcileQueue: {MaxWorkers: 10},
+		SweepQueue:     {MaxWorkers: 2},
+	}
+}
+
+// reconcileWorker settles UNKNOWN claims from board evidence.
+type reconcileWorker struct {
+	river.WorkerDefaults[ReconcileArgs]
+	e *Engine
+}
+
+// NextRetry is the injectable backoff (Config.Backoff).
+func (w *reconcileWorker) NextRetry(job *river.Job[ReconcileArgs]) time.Time {
+	return time.Now().Add(w.e.cfg.Backoff(job.Attempt))
+}
+
+// Timeout bounds one attempt (a look-up through an agent included).
+func (w *reconcileWorker) Timeout(*river.Job[ReconcileArgs]) time.Duration { return time.Minute }
+
+// Evidence is what a reconciler decision rests on; it is audited.
+type Evidence struct {
+	LookupID string         `json:"lookup_id"`
+	Complete bool           `json:"complete"`
+	Bookings []wire.Booking `json:"bookings"`
+	// GraceLeftMS is the grace remaining (by the database clock) when the
+	// look-up was sent; ≤ 0 means the look-up began after grace.
+	GraceLeftMS int64 `json:"grace_left_ms"`
+}
+
+// Work settles one UNKNOWN claim: it asks an agent of the tenant for the
+// client's bookings, accepts only a complete answer, confirms when the board
+// has the booking, and releases only when a look-up sent after grace found
+// none. Anything else is retried with backoff; nothing is retried blind.
+func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs]) error {
+	e, a := w.e, job.Args
+	c, err := e.store.Get(ctx, a.Tenant, a.Key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if c.State != Unknown || c.Token != a.Token {
+		e.m.reconciled.WithLabelValues("settled").Inc()
+		return nil
+	}
+	left, err := e.store.GraceLeft(ctx, a.Tenant, a.Key, e.cfg.Grace)
+	if err != nil {
+		return err
+	}
+	lk := e.lookup()
+	if lk == nil {
+		return errors.New("claim: reconcile: no look-up path attached (no gateway)")
+	}
+	req := wire.Lookup{RequestID: newID(), Keys: []string{a.Key}, Since: c.LeasedAt.Add(-time.Hour)}
+	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	res, err := lk.Lookup(lctx, a.Tenant, req)
+	cancel()
+	if err != nil {
+		e.m.reconciled.WithLabelValues("incomplete").Inc()
+		return fmt.Errorf("claim: reconcile %s: look-up failed: %w", a.Key, err)
+	}
+	if !res.Complete {
+		// A signed-out page, a partial list, an error: proves nothing.
+		e.m.reconciled.WithLabelValues("incomplete").Inc()
+		return fmt.Errorf("claim: reconcile %s: look-up incomplete (%s): nothing decided", a.Key, res.Error)
+	}
+	var ours []wire.Booking
+	for _, b := range res.Bookings {
+		if b.Key == a.Key {
+			ours = append(ours, b)
+		}
+	}
+	ev := Evidence{LookupID: req.RequestID, Complete: true, Bookings: ours, GraceLeftMS: left.Milliseconds()}
+	if len(ours) >= 2 {
+		if _, err := e.store.RecordDuplicate(ctx, e.cfg.Auditor, a.Tenant, a.Key, ours); err != nil {
+			return err
+		}
+	}
+	if len(ours) > 0 {
+		at := ours[0].BookedAt
+		for _, b := range ours[1:] {
+			if b.BookedAt.Before(at) {
+				at = b.BookedAt
+			}
+		}
+		err := e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
+			Resolution{Confirm: true, ConfirmedAt: at, Evidence: ev, Actor: "reconciler"})
+		return w.settled(a, err, "confirmed")
+	}
+	if left > 0 {
+		// No booking yet, but the board may still commit: look again once
+		// grace has passed. A snooze is not a failed attempt.
+		e.m.reconciled.WithLabelValues("too_early").Inc()
+		return river.JobSnooze(left + 50*time.Millisecond)
+	}
+	err = e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
+		Resolution{Evidence: ev, Actor: "reconciler"})
+	if errors.Is(err, ErrTooEarly) {
+		e.m.reconciled.WithLabelValues("too_early").Inc()
+		return river.JobSnooze(time.Second)
+	}
+	return w.settled(a, err, "released")
+}
+
+func (w *reconcileWorker) settled(a ReconcileArgs, err error, result string) error {
+	var r *Refusal
+	if errors.As(err, &r) {
+		// Someone settled it meanwhile (a late CONFIRMED report).
+		w.e.m.reconciled.WithLabelValues("settled").Inc()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w.e.m.reconciled.WithLabelValues(result).Inc()
+	w.e.log.Info("claim reconciled", "tenant", a.Tenant, "key", a.Key, "token", a.Token, "result", result)
+	return nil
+}
+
+// SweepArgs is the leader's periodic sweep of every tenant.
+type SweepArgs struct{}
+
+// Kind implements river.JobArgs.
+func (SweepArgs) Kind() string { return "claim.sweep" }
+
+// InsertOpts keeps one sweep at a time.
+func (SweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: SweepQueue, MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByState: liveStates}}
+}
+
+var liveStates = []rivertype.JobState{rivertype.JobStateAvailable, rivertype.JobStatePending,
+	rivertype.JobStateRunning, rivertype.JobStateRetryable, rivertype.JobStateScheduled}
+
+type sweepWorker struct {
+	river.WorkerDefaults[SweepArgs]
+	e *Engine
+}
+
+// Work sweeps each tenant: ACTING past its deadline → UNKNOWN (with its
+// reconcile job), LEASED past expiry → RELEASED, stranded UNKNOWNs get a new
+// reconcile job, settled claims whose load expired are archived.
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
+	return w.e.SweepAll(ctx)
+}
+
+// SweepAll runs one sweep over every tenant.
+func (e *Engine) SweepAll(ctx context.Context) error {
+	tenants, err := e.store.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, t := range tenants {
+		unknown, released, err := e.store.Sweep(ctx, t.ID)
+		if err == nil {
+			_, err = e.store.Stranded(ctx, t.ID, e.cfg.StrandedAfter)
+		}
+		if err == nil {
+			_, err = e.store.Archive(ctx, t.ID, e.cfg.ArchiveMargin)
+		}
+		if err != nil {
+			e.log.Warn("sweep failed for a tenant", "tenant", t.Slug, "err", err)
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		if unknown+released > 0 {
+			e.log.Info("sweep", "tenant", t.Slug, "unknown", unknown, "released", released)
+		}
+	}
+	return first
+}
+
+// DuplicateSweepArgs is the periodic comparison of the board's bookings with
+// our claims.
+type DuplicateSweepArgs struct{}
+
+// Kind implements river.JobArgs.
+func (DuplicateSweepArgs) Kind() string { return "claim.duplicate_sweep" }
+
+// InsertOpts keeps one duplicate sweep at a time.
+func (DuplicateSweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: SweepQueue, MaxAttempts: 1, UniqueOpts: river.UniqueOpts{ByState: liveStates}}
+}
+
+type duplicateSweepWorker struct {
+	river.WorkerDefaults[DuplicateSweepArgs]
+	e *Engine
+}
+
+// Timeout bounds a whole duplicate sweep.
+func (w *duplicateSweepWorker) Timeout(*river.Job[DuplicateSweepArgs]) time.Duration {
+	return 5 * time.Minute
+}
+
+func (w *duplicateSweepWorker) Work(ctx context.Context, _ *river.Job[DuplicateSweepArgs]) error {
+	return w.e.DuplicateSweep(ctx)
+}
+
+// DuplicateSweep asks an agent of each tenant for the client's bookings over
+// the window and records every load booked more than once. The count comes
+// from the board's evidence only: our own claim rows would always say 0.
+func (e *Engine) DuplicateSweep(ctx context.Context) error {
+	lk := e.lookup()
+	if lk == nil {
+		return nil
+	}
+	tenants, err := e.store.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tenants {
+		if err := e.duplicateSweepTenant(ctx, lk, t.ID); err != nil {
+			e.log.Info("duplicate sweep: no complete look-up for a tenant", "tenant", t.Slug, "err", err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant string) error {
+	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	res, err := lk.Lookup(lctx, tenant, wire.Lookup{RequestID: newID(), Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)})
+	if err != nil {
+		return err
+	}
+	if !res.Complete {
+		return fmt.Errorf("incomplete look-up: %s", res.Error)
+	}
+	byKey := map[string][]wire.Booking{}
+	for _, b := range res.Bookings {
+		byKey[b.Key] = append(byKey[b.Key], b)
+	}
+	for key, bs := range byKey {
+		if len(bs) >= 2 {
+			if _, err := e.store.RecordDuplicate(ctx, e.cfg.Auditor, tenant, key, bs); err != nil {
+				return err
+			}
+		}
+	}
+	total, _, err := e.store.DuplicateConfirmations(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	e.m.duplicates.WithLabelValues(tenant).Set(float64(total))
+	return nil
+}
+
+// AddWorkers registers the reconciler and the sweeps with River.
+func (e *Engine) AddWorkers(w *river.Workers) {
+	river.AddWorker(w, &reconcileWorker{e: e})
+	river.AddWorker(w, &sweepWorker{e: e})
+	river.AddWorker(w, &duplicateSweepWorker{e: e})
+}
+
+// PeriodicJobs are the leader-elected sweeps: River runs periodic jobs on
+// the elected leader only, so replicas never overlap, and a missed interval
+// is simply run at the next one (no catch-up burst).
+func (e *Engine) PeriodicJobs() []*river.PeriodicJob {
+	return []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(e.cfg.SweepEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "claim.sweep", RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(e.cfg.DuplicateSweepEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return DuplicateSweepArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "claim.duplicate_sweep"}),
+	}
+}

@@ -1,0 +1,279 @@
+package claim_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/board/boardtest"
+	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// boardLookuper is the test's stand-in for "any signed-in agent of the
+// tenant": it looks the client's bookings up on the real sandbox board over
+// HTTP with a signed-in session, the way an agent's adapter does, and
+// reports Complete only when the board's answer says so.
+type boardLookuper struct {
+	c *boardtest.Client
+}
+
+func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup) (wire.LookupResult, error) {
+	res := wire.LookupResult{RequestID: q.RequestID}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.c.Base+"/api/bookings?all=1", nil)
+	if err != nil {
+		return res, err
+	}
+	resp, err := l.c.HTTP.Do(req)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		SignedIn bool `json:"signed_in"`
+		Complete bool `json:"complete"`
+		Bookings []struct {
+			ID       int64     `json:"id"`
+			LoadID   string    `json:"load_id"`
+			Account  string    `json:"account"`
+			BookedAt time.Time `json:"booked_at"`
+		} `json:"bookings"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		res.Error = "unreadable answer"
+		return res, nil
+	}
+	if resp.StatusCode != http.StatusOK || !body.SignedIn || !body.Complete {
+		res.Error = fmt.Sprintf("HTTP %d, signed_in=%v", resp.StatusCode, body.SignedIn)
+		return res, nil
+	}
+	res.Complete = true
+	for _, b := range body.Bookings {
+		res.Bookings = append(res.Bookings, wire.Booking{Key: b.LoadID, BookingID: fmt.Sprint(b.ID), BookedAt: b.BookedAt, Account: b.Account})
+	}
+	return res, nil
+}
+
+type recBundle struct {
+	*bundle
+	board  *board.Server
+	client *boardtest.Client
+	load   func() string
+	h      claim.Holder
+}
+
+// setupReconcile starts a real board with one signed-in account, a running
+// River client with the engine's workers, and a grace of 2 s (hard timeout
+// 1 s + board worst latency 800 ms + clock error 200 ms).
+func setupReconcile(t *testing.T) *recBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := setup(t, func(c *claim.Config) {
+		c.HardTimeout = time.Second
+		c.BoardWorstLatency = 800 * time.Millisecond
+		c.ClockErrorBound = 200 * time.Millisecond
+		c.Backoff = func(int) time.Duration { return 100 * time.Millisecond }
+		c.SweepEvery = time.Hour
+		c.DuplicateSweepEvery = time.Hour
+	})
+	require.Equal(t, 2*time.Second, b.engine.Config().Grace)
+	s := boardtest.Start(t)
+	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
+	require.NoError(t, err)
+	c, err := boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
+	require.NoError(t, err)
+	b.engine.SetLookuper(boardLookuper{c})
+
+	workers := river.NewWorkers()
+	b.engine.AddWorkers(workers)
+	rc, err := river.NewClient(riverpgxv5.New(b.db.App), &river.Config{
+		Queues: claim.Queues(), Workers: workers,
+		FetchPollInterval: 20 * time.Millisecond, FetchCooldown: 5 * time.Millisecond,
+		Logger: testenv_logger(t),
+	})
+	require.NoError(t, err)
+	b.store.SetEnqueuer(rc)
+	require.NoError(t, rc.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.Stop(sctx)
+	})
+	r := &recBundle{bundle: b, board: s, client: c, h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
+	r.load = func() string {
+		loads, err := s.Publish(ctx, 1, nil)
+		require.NoError(t, err)
+		b.job(t, b.tenant, loads[0].ID, func(j *wire.Job) { j.ExpiresAt = loads[0].ExpiresAt })
+		return loads[0].ID
+	}
+	return r
+}
+
+// act leases key and starts acting, as an actor does through the engine.
+func (r *recBundle) act(t *testing.T, key string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	lr := r.engine.Lease(ctx, r.tenant, r.h, wire.LeaseRequest{RequestID: "l-" + key, Worker: r.h.Worker, Key: key})
+	require.True(t, lr.Granted, lr.Reason)
+	ar := r.engine.Act(ctx, r.tenant, r.h, wire.ActRequest{RequestID: "a-" + key, Worker: r.h.Worker, Key: key, Token: lr.Token})
+	require.True(t, ar.OK, ar.Reason)
+	return lr.Token
+}
+
+func (r *recBundle) reportUnknown(t *testing.T, key string, token int64, detail string) {
+	t.Helper()
+	ack := r.engine.Outcome(context.Background(), r.tenant, r.h, wire.Outcome{RequestID: "o-" + key, Worker: r.h.Worker,
+		Key: key, Token: token, Result: wire.ResultUnknown, Detail: detail}, claim.Offset{})
+	require.True(t, ack.OK, ack.Reason)
+}
+
+func (r *recBundle) state(t *testing.T, key string) claim.State {
+	t.Helper()
+	c, err := r.store.Get(context.Background(), r.tenant, key)
+	require.NoError(t, err)
+	return c.State
+}
+
+func (r *recBundle) transitions(t *testing.T, key string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	require.NoError(t, db.InTenant(ctx, r.db.App, r.tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT to_state FROM claim_transitions WHERE target_job_key = $1 ORDER BY id`, key)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	return out
+}
+
+func TestReconcileDroppedResponseConfirms(t *testing.T) {
+	r := setupReconcile(t)
+	ctx := context.Background()
+	key := r.load()
+	token := r.act(t, key)
+	calm := r.board.Chaos()
+	ch := calm
+	ch.DropResponseRate = 1
+	require.NoError(t, r.board.SetChaos(ch))
+	_, _, err := r.client.Book(ctx, key, "")
+	require.Error(t, err, "the board dropped the response")
+	require.NoError(t, r.board.SetChaos(calm))
+	r.reportUnknown(t, key, token, "connection closed without an answer")
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Confirmed }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN", "CONFIRMED"}, r.transitions(t, key))
+	c, err := r.store.Get(ctx, r.tenant, key)
+	require.NoError(t, err)
+	require.NotNil(t, c.ConfirmedAt, "confirmed_at comes from the board's booking")
+	log, err := r.store.AuditLog(ctx, r.tenant, "claim.reconcile.confirm", 5)
+	require.NoError(t, err)
+	require.Len(t, log, 1)
+	require.Contains(t, log[0].Detail, key, "the evidence (the board's booking) is audited")
+}
+
+func TestReconcileLateCommitWaitsForGrace(t *testing.T) {
+	r := setupReconcile(t)
+	ctx := context.Background()
+	key := r.load()
+	token := r.act(t, key)
+	calm := r.board.Chaos()
+	ch := calm
+	ch.LateCommitRate, ch.LateCommitDelay = 1, board.Duration(1200*time.Millisecond)
+	require.NoError(t, r.board.SetChaos(ch))
+	status, _, err := r.client.Book(ctx, key, "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusGatewayTimeout, status)
+	require.NoError(t, r.board.SetChaos(calm))
+	r.reportUnknown(t, key, token, "HTTP 504")
+	// The first look-ups find nothing (the commit is still pending on the
+	// board); the reconciler must wait for grace, not release.
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Confirmed }, 10*time.Second, 20*time.Millisecond)
+	require.NotContains(t, r.transitions(t, key), "RELEASED", "never released before the late commit")
+	require.Len(t, r.board.Bookings("acme"), 1)
+}
+
+func TestReconcileNeverSentReleasesAfterGrace(t *testing.T) {
+	r := setupReconcile(t)
+	ctx := context.Background()
+	key := r.load()
+	token := r.act(t, key)
+	started := time.Now()
+	// The request never reached the board (the worker's connection failed
+	// before sending, but it cannot prove it): UNKNOWN.
+	r.reportUnknown(t, key, token, "dial failed")
+	// While UNKNOWN nobody can lease it.
+	other := claim.Holder{Agent: uuid(), Worker: "actor-2"}
+	lr := r.engine.Lease(ctx, r.tenant, other, wire.LeaseRequest{RequestID: "x", Worker: other.Worker, Key: key})
+	require.False(t, lr.Granted)
+	require.Equal(t, wire.ReasonHeld, lr.Reason)
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Released }, 10*time.Second, 20*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(started), r.engine.Config().Grace-50*time.Millisecond, "not released before grace")
+	c, err := r.store.Get(ctx, r.tenant, key)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, c.SettledAt.Sub(*c.ActStartedAt), r.engine.Config().Grace, "grace by the database clock")
+	// Only now can it be leased again, with a higher token.
+	lr = r.engine.Lease(ctx, r.tenant, other, wire.LeaseRequest{RequestID: "y", Worker: other.Worker, Key: key})
+	require.True(t, lr.Granted, lr.Reason)
+	require.Greater(t, lr.Token, token)
+	log, err := r.store.AuditLog(ctx, r.tenant, "claim.reconcile.release", 5)
+	require.NoError(t, err)
+	require.Len(t, log, 1)
+	require.Contains(t, log[0].Detail, `"complete": true`)
+}
+
+func TestReconcileSignedOutLookupReleasesNothing(t *testing.T) {
+	r := setupReconcile(t)
+	ctx := context.Background()
+	key := r.load()
+	token := r.act(t, key)
+	require.Equal(t, 1, r.board.SessionStorm(1), "the look-up session is signed out")
+	r.reportUnknown(t, key, token, "timeout")
+	// Well past grace, many look-ups later, the claim is still UNKNOWN.
+	var attempts int
+	require.Eventually(t, func() bool {
+		require.NoError(t, r.db.Owner.QueryRow(ctx, `SELECT COALESCE(max(attempt), 0) FROM river_job WHERE kind = 'claim.reconcile'`).Scan(&attempts))
+		return attempts >= 5
+	}, 15*time.Second, 50*time.Millisecond)
+	time.Sleep(r.engine.Config().Grace)
+	require.Equal(t, claim.Unknown, r.state(t, key), "a signed-out answer proves nothing")
+	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN"}, r.transitions(t, key))
+}
+
+func TestDuplicateSweepCountsBoardEvidence(t *testing.T) {
+	r := setupReconcile(t)
+	ctx := context.Background()
+	key := r.load()
+	token := r.act(t, key)
+	status, _, err := r.client.Book(ctx, key, "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status)
+	ack := r.engine.Outcome(ctx, r.tenant, r.h, wire.Outcome{RequestID: "o", Worker: r.h.Worker, Key: key, Token: token,
+		Result: wire.ResultConfirmed}, claim.Offset{})
+	require.True(t, ack.OK)
+	require.NoError(t, r.engine.DuplicateSweep(ctx))
+	n, _, err := r.store.DuplicateConfirmations(ctx, r.tenant)
+	require.NoError(t, err)
+	require.Zero(t, n, "one booking: no duplicate")
+	// A second booking of the same load for the same client, injected
+	// straight on the board: only the board's evidence can show it.
+	_, err = r.board.InjectBooking(ctx, "acme-1", key)
+	require.NoError(t, err)
+	require.NoError(t, r.engine.DuplicateSweep(ctx))
+	n, dups, err := r.store.DuplicateConfirmations(ctx, r.tenant)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, key, dups[0].Key)
+	require.EqualValues(t, 1, r.board.Stats().DuplicateConfirmations, "agrees with the board's oracle")
+}
