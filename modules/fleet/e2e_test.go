@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -65,32 +66,37 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 	nav("/admin/tenants")
 	p.MustElement(`input[name="name"]`).MustInput("Acme Freight")
 	p.MustElement(`input[name="slug"]`).MustInput("acme")
-	submit(p.MustElement(`form button[type="submit"]`))
+	submit(p.MustElement(`main form button[type="submit"]`))
 
+	var tokens []string
 	for i := 1; i <= 3; i++ {
 		nav("/t/acme/fleet")
 		form := p.MustElement(`[data-testid="add-account"]`)
 		form.MustElement(`input[name="key"]`).MustInput(fmt.Sprintf("acct-%d", i))
 		form.MustElement(`input[name="board_url"]`).MustInput("http://127.0.0.1:9")
 		form.MustElement(`input[name="username"]`).MustInput(fmt.Sprintf("dispatch%d", i))
-		form.MustElement(`input[name="password"]`).MustInput(fmt.Sprintf("board-Password-%d", i))
-		form.MustElement(`input[name="totp_secret"]`).MustInput("JBSWY3DPEHPK3PXP")
+		form.MustElement(`input[name="password"]`).MustInput(boardPassword(i))
+		form.MustElement(`input[name="totp_secret"]`).MustInput(boardTOTP(i))
 		form.MustElement(`textarea[name="workers"]`).MustSelectAllText().MustInput("")
 		submit(form.MustElement(`button[type="submit"]`))
 		token := p.MustElement(`[data-testid="token-value"]`).MustText()
 		require.True(t, strings.HasPrefix(token, "fwa_"), token)
+		tokens = append(tokens, token)
+	}
 
-		state := filepath.Join(dir, fmt.Sprintf("agent-%d", i))
+	// The page is open before any agent starts; they appear without a
+	// reload (the rows poll).
+	nav("/t/acme/fleet")
+	require.Equal(t, "0 / 3", strings.TrimSpace(p.MustElement(`[data-testid="online"]`).MustText()))
+	agentsDir := t.TempDir() // each agent's state dir is its own host's
+	procs := []*testenv.Proc{panel, admin}
+	for i, token := range tokens {
+		state := filepath.Join(agentsDir, fmt.Sprintf("agent-%d", i+1))
 		require.NoError(t, os.MkdirAll(state, 0o700))
 		tok := filepath.Join(state, "token")
 		require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
-		testenv.Start(t, bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + state})
+		procs = append(procs, testenv.Start(t, bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + state}))
 	}
-
-	// Online without a reload: the rows poll.
-	nav("/t/acme/fleet")
-	online := p.MustElement(`[data-testid="online"]`)
-	require.Equal(t, "0 / 3", strings.TrimSpace(online.MustText()), "the page was rendered before the agents connected")
 	require.Eventually(t, func() bool {
 		return len(p.MustElements(`[data-testid="status"] .badge.ok`)) == 3
 	}, time.Minute, 200*time.Millisecond, "three agents online in the live table")
@@ -108,4 +114,38 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 
 	nav("/audit")
 	require.Contains(t, p.MustElement(`body`).MustText(), "fleet.agent.pause")
+
+	// No known secret anywhere: not in any process's output, not in the
+	// embedded Postgres and Redis logs, not in any file of the panel's data
+	// dir (the database holds the sealed box and the tokens' hashes only).
+	secrets := append([]string{}, tokens...)
+	for i := 1; i <= 3; i++ {
+		secrets = append(secrets, boardPassword(i), boardTOTP(i))
+	}
+	for _, pr := range procs {
+		for _, sec := range secrets {
+			require.NotContains(t, pr.Output(), sec)
+		}
+	}
+	files := 0
+	require.NoError(t, filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() || !info.Mode().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		files++
+		for _, sec := range secrets {
+			require.False(t, bytes.Contains(data, []byte(sec)), "%s holds a secret", path)
+		}
+		return nil
+	}))
+	require.Greater(t, files, 100, "the scan read the cluster's files")
 }
+
+func boardPassword(i int) string { return fmt.Sprintf("board-Password-%d-xq7", i) }
+
+// boardTOTP returns distinct base32 TOTP secrets.
+func boardTOTP(i int) string { return fmt.Sprintf("JBSWY3DPEHPK3PX%c", 'A'+i) + "MZXW6YTB" }
