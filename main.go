@@ -41,6 +41,7 @@ var commands = []struct{ name, help string }{
 	{"admin resume", "resume claiming (the whole fleet, or --tenant SLUG); audited"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
+	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
 type options struct {
@@ -77,6 +78,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, ok := subcommands[cmd]; ok {
 		return runTwoWord(cmd, args, os.Stdin, stdout, stderr)
+	}
+	if cmd == "loadtest" {
+		return runLoadtest(args, stdout, stderr)
 	}
 	var o options
 	s := flags(&o)

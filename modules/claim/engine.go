@@ -205,8 +205,12 @@ func (e *Engine) Detected(ctx context.Context, tenant, agentID string, det wire.
 		if !s.SeenAt.IsZero() {
 			seen = offset.ToPanel(s.SeenAt)
 		}
+		t0 := time.Now()
 		_, _, err := cells.Detect(ctx, cell.Entry{Tenant: tenant, Job: s.Job, SeenAt: seen,
 			ClockErrorMS: offset.ErrorBound.Milliseconds(), Agent: agentID, Worker: det.Worker})
+		if err == nil {
+			e.m.panel.WithLabelValues(PanelStepDetect).Observe(time.Since(t0).Seconds())
+		}
 		if err != nil && first == nil {
 			first = err
 		}
@@ -271,6 +275,13 @@ func (e *Engine) Deliver(ctx context.Context, tenant string, o wire.Offer) {
 	e.mu.RLock()
 	off := e.offerer
 	e.mu.RUnlock()
+	if !o.QueuedAt.IsZero() {
+		// Both ends are panel clocks (the replica that queued, this one):
+		// on one host the same clock, across hosts their NTP error.
+		if d := e.cfg.Clock.Since(o.QueuedAt); d >= 0 {
+			e.m.panel.WithLabelValues(PanelStepQueuedOffered).Observe(d.Seconds())
+		}
+	}
 	if off != nil {
 		off.Offer(ctx, tenant, o)
 	}
@@ -326,7 +337,9 @@ func (e *Engine) Lease(ctx context.Context, tenant string, h Holder, r wire.Leas
 		e.m.leases.WithLabelValues(res.Reason).Inc()
 		return res
 	}
+	t0 := time.Now()
 	l, err := e.store.Lease(ctx, LeaseRequest{Tenant: tenant, Key: r.Key, Holder: h, For: e.cfg.LeaseFor})
+	e.m.panel.WithLabelValues(PanelStepLease).Observe(time.Since(t0).Seconds())
 	if err != nil {
 		res.Reason = wireReason(err)
 		if res.Reason == wire.ReasonInternal {
@@ -350,7 +363,9 @@ func (e *Engine) Act(ctx context.Context, tenant string, h Holder, r wire.ActReq
 		res.Reason = wire.ReasonInternal
 		return res
 	}
+	t0 := time.Now()
 	g, err := e.store.StartActing(ctx, tenant, r.Key, r.Token, h, e.cfg.HardTimeout)
+	e.m.panel.WithLabelValues(PanelStepAct).Observe(time.Since(t0).Seconds())
 	if err != nil {
 		res.Reason = wireReason(err)
 		if res.Reason == wire.ReasonInternal {

@@ -22,9 +22,23 @@ const (
 // Stages lists the stages in report order.
 var Stages = []string{StagePublishSeen, StageSeenQueued, StageQueuedLeased, StageLeasedActSent, StageActSentConfirm, StageDetectAction}
 
+// Steps of fleet_claim_panel_seconds: the panel's own share of a claim's
+// path, kept apart from the network and the agents so a report can say
+// which part of detect → leased is ours.
+const (
+	PanelStepDetect        = "detect"
+	PanelStepQueuedOffered = "queued_offered"
+	PanelStepLease         = "lease"
+	PanelStepAct           = "act"
+)
+
+// PanelBuckets are fine-grained at the low end: on one host each step takes
+// well under a millisecond to a few milliseconds.
+var PanelBuckets = []float64{.0001, .00025, .0005, .001, .002, .003, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5}
+
 type metrics struct {
 	leases, acts, outcomes, dispatched, reconciled *prometheus.CounterVec
-	stage                                          *prometheus.HistogramVec
+	stage, panel                                   *prometheus.HistogramVec
 	duplicates                                     *prometheus.GaugeVec
 }
 
@@ -44,11 +58,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time between a confirmed claim's timestamps (agent times corrected by the measured offset).",
 			Buckets: []float64{.005, .01, .025, .05, .075, .1, .15, .2, .3, .5, .75, 1, 1.5, 2.5, 5, 10, 30}},
 			[]string{"stage", "tenant", "cell"}),
+		panel: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_claim_panel_seconds",
+			Help: "The panel's own time on the path detect → leased, measured inside the replica: detect (a sighting's cell dedupe and queue), " +
+				"queued_offered (the cell's stream, the dispatcher's filters and job record, and the pub/sub hop, until the offer reaches this replica), " +
+				"lease (the lease statement), act (the fenced LEASED → ACTING statement).",
+			Buckets: PanelBuckets}, []string{"step"}),
 		duplicates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_claim_duplicate_confirmations",
 			Help: "Extra bookings of one load the board shows for the tenant's client (board evidence only)."}, []string{"tenant"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.leases, m.acts, m.outcomes, m.dispatched, m.reconciled, m.stage, m.duplicates)
+		reg.MustRegister(m.leases, m.acts, m.outcomes, m.dispatched, m.reconciled, m.stage, m.panel, m.duplicates)
 	}
 	return m
 }

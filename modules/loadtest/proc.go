@@ -1,0 +1,165 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetwright/fleetwright/app/unit"
+)
+
+// proc is one supervised child process of the run (a panel replica or an
+// agent) with its output captured to a log file.
+type proc struct {
+	name    string
+	u       *unit.Unit
+	out     *sink
+	agent   *agentPlan // nil for a panel
+	agentID string
+	replica int
+}
+
+// sink writes a child's output to its log file and counts the lines that
+// match a marker (a panel's "panel ready", once per start).
+type sink struct {
+	mu      sync.Mutex
+	f       *os.File
+	partial []byte
+	marker  []byte
+	marks   int
+	alarms  int // "ALARM: cell failing" lines
+	restore int // "cell restored" lines
+}
+
+func newSink(path, marker string) (*sink, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: open log: %w", err)
+	}
+	return &sink{f: f, marker: []byte(marker)}, nil
+}
+
+func (s *sink) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.f.Write(b)
+	buf := append(s.partial, b...)
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := buf[:i]
+		if len(s.marker) > 0 && bytes.Contains(line, s.marker) {
+			s.marks++
+		}
+		if bytes.Contains(line, []byte("ALARM: cell failing")) {
+			s.alarms++
+		}
+		if bytes.Contains(line, []byte("cell restored")) {
+			s.restore++
+		}
+		buf = buf[i+1:]
+	}
+	if len(buf) > 64<<10 {
+		buf = buf[len(buf)-64<<10:]
+	}
+	s.partial = append([]byte(nil), buf...)
+	return n, err
+}
+
+func (s *sink) counts() (marks, alarms, restored int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.marks, s.alarms, s.restore
+}
+
+func (s *sink) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.f.Close()
+}
+
+// waitMarks waits until the sink has seen at least n markers.
+func (s *sink) waitMarks(ctx context.Context, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if m, _, _ := s.counts(); m >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("loadtest: no %q within %s", s.marker, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// pid returns the child's current pid (0 when not running).
+func (p *proc) pid() int {
+	_, _, pid, _ := p.u.Status()
+	return pid
+}
+
+// childEnv is this process's environment without any FLEET_ variable (the
+// run's own settings must not leak into its children), plus extra.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLEET_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// freePort asks the kernel for a free loopback port. A replica restarted
+// after a kill must come back on the same address, so ports are fixed for
+// the run rather than :0 per start.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("loadtest: free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// reapUnder kills every process whose command line or working files name
+// dir (Chromium instances an agent killed with SIGKILL left behind keep
+// their user-data dir under the run's TMPDIR). It returns how many it
+// killed.
+func reapUnder(dir string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	killed := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if !bytes.Contains(cmdline, []byte(dir)) && !bytes.Contains(environ, []byte("TMPDIR="+dir)) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	return killed
+}

@@ -1,0 +1,391 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fleetwright/fleetwright/modules/claim"
+)
+
+// Stage is one latency stage's percentiles over the confirmed claims.
+type Stage struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P95   float64 `json:"p95_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// Unknowns says how the claims that became UNKNOWN were settled.
+type Unknowns struct {
+	Raised    int `json:"raised"`
+	Confirmed int `json:"settled_confirmed"` // the board had our booking (reconciled, or a late true report)
+	Released  int `json:"settled_released"`  // a complete look-up after grace found none
+	Unsettled int `json:"unsettled"`
+}
+
+// Leak is a known secret found where it must not be.
+type Leak struct {
+	Kind  string `json:"kind"`
+	Where string `json:"where"`
+}
+
+// Report is the result of a run; the JSON names are the contract.
+type Report struct {
+	Workers          int     `json:"workers"`
+	BrowserWorkers   int     `json:"browser_workers"`
+	AgentProcesses   int     `json:"agent_processes"`
+	PanelReplicas    int     `json:"panel_replicas"`
+	Tenants          int     `json:"tenants"`
+	Cells            int     `json:"cells"`
+	Chaos            string  `json:"chaos"`
+	Seed             int     `json:"seed"`
+	Rate             float64 `json:"rate"`
+	DurationSeconds  float64 `json:"duration_seconds"`
+	PublishedSeconds float64 `json:"published_seconds"`
+	SettleSeconds    float64 `json:"settle_seconds"`
+	Settled          bool    `json:"settled"`
+	Machine          string  `json:"machine"`
+
+	LoadsPublished         int64 `json:"loads_published"`
+	BoardBookings          int64 `json:"board_bookings"`
+	BookingRequests        int64 `json:"booking_requests"`
+	DuplicateConfirmations int64 `json:"duplicate_confirmations"`
+
+	Claims          int            `json:"claims"`
+	Confirmed       int            `json:"confirmed"`
+	Taken           int            `json:"taken"`
+	NotSent         int            `json:"not_sent"`
+	Released        int            `json:"released"`
+	UnknownRaised   int            `json:"unknown_raised"`
+	UnknownSettled  Unknowns       `json:"unknown_settled"`
+	UnknownUnsettled int            `json:"unknown_unsettled"`
+	LostClaims      int            `json:"lost_claims"`
+	PhantomClaims   int            `json:"phantom_claims"`
+	StuckClaims     int            `json:"stuck_claims"`
+	States          map[string]int `json:"states"`
+	Lost            []string       `json:"lost,omitempty"`
+	Phantom         []string       `json:"phantom,omitempty"`
+	Stuck           []string       `json:"stuck,omitempty"`
+
+	ChaosHits     map[string]int `json:"chaos_hits"`
+	SecretsLeaked int            `json:"secrets_leaked"`
+	Leaks         []Leak         `json:"leaks,omitempty"`
+	SecretsKnown  int            `json:"secrets_known"`
+	FilesScanned  int            `json:"files_scanned"`
+	BytesScanned  int64          `json:"bytes_scanned"`
+	LeftBehind    int            `json:"processes_left_behind"`
+
+	Stages map[string]Stage `json:"stages"`
+	// Panel is the panel's own share of detect→leased, measured inside the
+	// replicas (histograms, so percentiles are interpolated within buckets).
+	Panel map[string]Stage `json:"panel"`
+	// RoundTripMS is the agents' measured WebSocket round trip (ping/pong).
+	RoundTripMS Stage `json:"agent_round_trip"`
+
+	Notes    []string `json:"notes,omitempty"`
+	Failures []string `json:"failures,omitempty"`
+	Failed   bool     `json:"failed"`
+}
+
+// gather reads the claims, the board's ground truth and the panels' own
+// timings.
+func (r *runner) gather(ctx context.Context) (*Report, error) {
+	workers, browsers, agents := counts(r.tenants)
+	rep := &Report{Workers: workers, BrowserWorkers: browsers, AgentProcesses: agents, PanelReplicas: len(r.panels),
+		Tenants: len(r.tenants), Cells: 2, Chaos: r.cfg.Chaos, Seed: r.cfg.Seed, Rate: r.cfg.Rate,
+		DurationSeconds: r.cfg.Duration.Seconds(), PublishedSeconds: r.measured.Seconds(),
+		Machine: machine(), ChaosHits: map[string]int{}, States: map[string]int{}, Stages: map[string]Stage{}}
+	r.mu.Lock()
+	if r.cfg.Chaos == "on" {
+		for _, k := range ChaosKinds {
+			rep.ChaosHits[k] = r.hits[k]
+		}
+	}
+	rep.Notes = append(rep.Notes, r.notes...)
+	r.mu.Unlock()
+
+	st := r.brd.Stats()
+	rep.LoadsPublished, rep.BoardBookings, rep.BookingRequests, rep.DuplicateConfirmations =
+		st.LoadsPublished, st.ConfirmedBookings, st.BookingRequests, st.DuplicateConfirmations
+
+	type row struct {
+		state, outcome string
+		c              claim.Claim
+	}
+	spans := map[string][]float64{}
+	add := func(name string, a, b *time.Time) {
+		if a != nil && b != nil && !b.Before(*a) {
+			spans[name] = append(spans[name], float64(b.Sub(*a).Microseconds())/1000)
+		}
+	}
+	for ti, t := range r.tenants {
+		tid := r.tenantIDs[ti]
+		rows, err := r.super.Query(ctx, `SELECT target_job_key, state, COALESCE(outcome, ''), leased_at, act_sent_at, confirmed_at,
+				published_at, seen_at, queued_at
+			FROM claims WHERE tenant_id = $1
+			UNION ALL SELECT target_job_key, state, COALESCE(outcome, ''), leased_at, act_sent_at, confirmed_at,
+				published_at, seen_at, queued_at
+			FROM claims_archive WHERE tenant_id = $1`, tid)
+		if err != nil {
+			return nil, fmt.Errorf("loadtest: read claims: %w", err)
+		}
+		confirmed := map[string]bool{}
+		for rows.Next() {
+			var x row
+			if err := rows.Scan(&x.c.Key, &x.state, &x.outcome, &x.c.LeasedAt, &x.c.ActSentAt, &x.c.ConfirmedAt,
+				&x.c.PublishedAt, &x.c.SeenAt, &x.c.QueueAt); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("loadtest: read claims: %w", err)
+			}
+			rep.Claims++
+			rep.States[x.state]++
+			switch x.state {
+			case "CONFIRMED":
+				confirmed[x.c.Key] = true
+				c := x.c
+				leased := &c.LeasedAt
+				add("publish_detect", c.PublishedAt, c.SeenAt)
+				add("seen_queued", c.SeenAt, c.QueueAt)
+				add("queued_leased", c.QueueAt, leased)
+				add("detect_leased", c.SeenAt, leased)
+				add("leased_act_sent", leased, c.ActSentAt)
+				add("detect_action", c.SeenAt, c.ActSentAt)
+				add("act_sent_confirmed", c.ActSentAt, c.ConfirmedAt)
+				add("publish_confirmed", c.PublishedAt, c.ConfirmedAt)
+			case "LEASED", "ACTING", "UNKNOWN":
+				rep.Stuck = append(rep.Stuck, fmt.Sprintf("%s/%s %s", t.Slug, x.c.Key, x.state))
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("loadtest: read claims: %w", err)
+		}
+		booked := map[string]bool{}
+		for _, b := range r.brd.Bookings(t.Client) {
+			booked[b.LoadID] = true
+		}
+		for k := range booked {
+			if !confirmed[k] {
+				rep.Lost = append(rep.Lost, t.Slug+"/"+k)
+			}
+		}
+		for k := range confirmed {
+			if !booked[k] {
+				rep.Phantom = append(rep.Phantom, t.Slug+"/"+k)
+			}
+		}
+	}
+	rep.Confirmed, rep.Taken = rep.States["CONFIRMED"], rep.States["TAKEN"]
+	sort.Strings(rep.Lost)
+	sort.Strings(rep.Phantom)
+	sort.Strings(rep.Stuck)
+	rep.LostClaims, rep.PhantomClaims, rep.StuckClaims = len(rep.Lost), len(rep.Phantom), len(rep.Stuck)
+
+	// UNKNOWNs and NOT_SENTs from the transition log: each UNKNOWN (by key
+	// and token) and what followed it.
+	err := r.super.QueryRow(ctx, `SELECT count(*) FROM claim_transitions WHERE outcome = 'NOT_SENT' AND to_state = 'RELEASED'`).Scan(&rep.NotSent)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: read transitions: %w", err)
+	}
+	if err := r.super.QueryRow(ctx, `SELECT count(*) FROM claim_transitions WHERE to_state = 'RELEASED'`).Scan(&rep.Released); err != nil {
+		return nil, fmt.Errorf("loadtest: read transitions: %w", err)
+	}
+	err = r.super.QueryRow(ctx, `
+		WITH u AS (SELECT tenant_id, target_job_key, token, id FROM claim_transitions WHERE to_state = 'UNKNOWN')
+		SELECT count(*),
+		  count(*) FILTER (WHERE nxt = 'CONFIRMED'),
+		  count(*) FILTER (WHERE nxt = 'RELEASED'),
+		  count(*) FILTER (WHERE nxt IS NULL)
+		FROM (SELECT (SELECT t.to_state FROM claim_transitions t
+		              WHERE t.tenant_id = u.tenant_id AND t.target_job_key = u.target_job_key AND t.token = u.token AND t.id > u.id
+		              ORDER BY t.id LIMIT 1) AS nxt FROM u) s`).Scan(
+		&rep.UnknownSettled.Raised, &rep.UnknownSettled.Confirmed, &rep.UnknownSettled.Released, &rep.UnknownSettled.Unsettled)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: read transitions: %w", err)
+	}
+	rep.UnknownRaised, rep.UnknownUnsettled = rep.UnknownSettled.Raised, rep.UnknownSettled.Unsettled
+
+	for name, v := range spans {
+		rep.Stages[name] = percentiles(v)
+	}
+	var rtts []float64
+	rows, err := r.super.Query(ctx, `SELECT rtt_ms FROM agents WHERE rtt_ms IS NOT NULL`)
+	if err == nil {
+		for rows.Next() {
+			var e float64
+			if rows.Scan(&e) == nil {
+				rtts = append(rtts, e)
+			}
+		}
+		rows.Close()
+	}
+	rep.RoundTripMS = percentiles(rtts)
+	rep.Panel = r.panelShare(ctx)
+	return rep, nil
+}
+
+// percentiles by nearest rank.
+func percentiles(v []float64) Stage {
+	if len(v) == 0 {
+		return Stage{}
+	}
+	sort.Float64s(v)
+	at := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(v)))) - 1
+		return round2(v[max(0, min(i, len(v)-1))])
+	}
+	return Stage{Count: len(v), P50: at(.5), P95: at(.95), P99: at(.99), Max: round2(v[len(v)-1])}
+}
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				model = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf(", %.0f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return fmt.Sprintf("%d cores (%s)%s, %s/%s", runtime.NumCPU(), model, mem, runtime.GOOS, runtime.GOARCH)
+}
+
+// finish decides whether the run failed.
+func (rep *Report) finish(chaosOn bool) {
+	var f []string
+	if rep.DuplicateConfirmations > 0 {
+		f = append(f, fmt.Sprintf("%d duplicate confirmation(s) on the board", rep.DuplicateConfirmations))
+	}
+	if rep.LostClaims > 0 {
+		f = append(f, fmt.Sprintf("%d lost claim(s)", rep.LostClaims))
+	}
+	if rep.PhantomClaims > 0 {
+		f = append(f, fmt.Sprintf("%d phantom claim(s)", rep.PhantomClaims))
+	}
+	if rep.StuckClaims > 0 || rep.UnknownUnsettled > 0 {
+		f = append(f, fmt.Sprintf("%d stuck claim(s), %d UNKNOWN unsettled", rep.StuckClaims, rep.UnknownUnsettled))
+	}
+	if rep.SecretsLeaked > 0 {
+		f = append(f, fmt.Sprintf("%d secret(s) leaked", rep.SecretsLeaked))
+	}
+	if chaosOn {
+		for _, k := range ChaosKinds {
+			if rep.ChaosHits[k] == 0 {
+				f = append(f, "chaos kind "+k+" never hit")
+			}
+		}
+	}
+	if rep.LoadsPublished == 0 || rep.Confirmed == 0 {
+		f = append(f, "nothing was published or confirmed: the fleet did not work")
+	}
+	if rep.LeftBehind > 0 {
+		f = append(f, fmt.Sprintf("%d process(es) left behind had to be killed", rep.LeftBehind))
+	}
+	rep.Failures, rep.Failed = f, len(f) > 0
+}
+
+// WriteJSON writes the report to path (0600).
+func (rep *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("loadtest: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("loadtest: write report: %w", err)
+	}
+	return nil
+}
+
+// stageOrder is the order stages are printed in.
+var stageOrder = []string{"publish_detect", "seen_queued", "queued_leased", "detect_leased", "leased_act_sent", "detect_action", "act_sent_confirmed", "publish_confirmed"}
+
+// WriteText prints the report for a person.
+func (rep *Report) WriteText(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("")
+	p("Fleet load and chaos test — %d workers (%d in Chromium) in %d agent processes, %d panel replicas, %d tenants in %d cells",
+		rep.Workers, rep.BrowserWorkers, rep.AgentProcesses, rep.PanelReplicas, rep.Tenants, rep.Cells)
+	p("  machine: %s", rep.Machine)
+	p("  chaos %s, seed %d, rate %.2g/s, published for %.0fs (asked %.0fs), settled in %.0fs (%v)",
+		rep.Chaos, rep.Seed, rep.Rate, rep.PublishedSeconds, rep.DurationSeconds, rep.SettleSeconds, rep.Settled)
+	p("")
+	p("  loads published          %d", rep.LoadsPublished)
+	p("  board bookings           %d (booking requests %d)", rep.BoardBookings, rep.BookingRequests)
+	p("  claims                   %d", rep.Claims)
+	p("  confirmed                %d", rep.Confirmed)
+	p("  taken                    %d", rep.Taken)
+	p("  not sent                 %d", rep.NotSent)
+	p("  unknown raised           %d: settled confirmed %d, released %d, unsettled %d",
+		rep.UnknownRaised, rep.UnknownSettled.Confirmed, rep.UnknownSettled.Released, rep.UnknownUnsettled)
+	p("  duplicate confirmations  %d", rep.DuplicateConfirmations)
+	p("  lost claims              %d %s", rep.LostClaims, short(rep.Lost))
+	p("  phantom claims           %d %s", rep.PhantomClaims, short(rep.Phantom))
+	p("  stuck claims             %d %s", rep.StuckClaims, short(rep.Stuck))
+	p("  secrets leaked           %d (%d known secrets, %d files, %.1f MB scanned)", rep.SecretsLeaked, rep.SecretsKnown, rep.FilesScanned, float64(rep.BytesScanned)/1e6)
+	for _, l := range rep.Leaks {
+		p("    LEAK %s in %s", l.Kind, l.Where)
+	}
+	if len(rep.ChaosHits) > 0 {
+		p("")
+		p("  chaos hits:")
+		for _, k := range ChaosKinds {
+			p("    %-24s %d", k, rep.ChaosHits[k])
+		}
+	}
+	p("")
+	p("  latency (ms, confirmed claims)     count      p50      p95      p99      max")
+	for _, name := range stageOrder {
+		s := rep.Stages[name]
+		p("    %-30s %7d %8.1f %8.1f %8.1f %8.1f", name, s.Count, s.P50, s.P95, s.P99, s.Max)
+	}
+	if len(rep.Panel) > 0 {
+		p("  the panel's own share of detect→leased (inside the replicas):")
+		names := make([]string, 0, len(rep.Panel))
+		for n := range rep.Panel {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			s := rep.Panel[name]
+			p("    %-30s %7d %8.1f %8.1f %8.1f", name, s.Count, s.P50, s.P95, s.P99)
+		}
+	}
+	p("    %-30s %7d %8.1f %8.1f %8.1f", "agent↔panel round trip", rep.RoundTripMS.Count, rep.RoundTripMS.P50, rep.RoundTripMS.P95, rep.RoundTripMS.P99)
+	for _, n := range rep.Notes {
+		p("  note: %s", n)
+	}
+	p("")
+	if rep.Failed {
+		p("FAIL: %s", strings.Join(rep.Failures, "; "))
+	} else {
+		p("PASS: no duplicate, lost, phantom or unsettled claim; no secret leaked; every enabled chaos kind hit")
+	}
+}
+
+func short(list []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	if len(list) > 5 {
+		return "(" + strings.Join(list[:5], ", ") + ", …)"
+	}
+	return "(" + strings.Join(list, ", ") + ")"
+}
