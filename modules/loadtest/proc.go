@@ -136,25 +136,31 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// reapUnder kills every process whose command line or working files name
-// dir (Chromium instances an agent killed with SIGKILL left behind keep
-// their user-data dir under the run's TMPDIR). It returns how many it
-// killed.
-func reapUnder(dir string) int {
+// reapUnder kills every process that carries the run's scratch directory
+// in its command line or as its TMPDIR: Chromium instances (their
+// user-data dirs live there) that an agent killed with SIGKILL left
+// behind. This process and its ancestors are never touched. It returns
+// how many it killed.
+func reapUnder(scratch string) int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
-	self := os.Getpid()
+	spare := map[int]bool{}
+	for pid := os.Getpid(); pid > 1 && !spare[pid]; pid = parentOf(pid) {
+		spare[pid] = true
+	}
+	mark := []byte(scratch + string(filepath.Separator))
+	env := []byte("TMPDIR=" + scratch + "\x00")
 	killed := 0
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil || spare[pid] || pid <= 1 {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if !bytes.Contains(cmdline, []byte(dir)) && !bytes.Contains(environ, []byte("TMPDIR="+dir)) {
+		if !bytes.Contains(cmdline, mark) && !bytes.Contains(environ, env) {
 			continue
 		}
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
@@ -162,4 +168,44 @@ func reapUnder(dir string) int {
 		}
 	}
 	return killed
+}
+
+// parentOf reads a process's parent pid (0 when unknown).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// countBrowsers counts the Chromium browser processes (not their
+// renderers and helpers) whose user-data dir is under scratch.
+func countBrowsers(scratch string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	mark := []byte("--user-data-dir=" + scratch + string(filepath.Separator))
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if bytes.Contains(cmdline, mark) && !bytes.Contains(cmdline, []byte("--type=")) {
+			n++
+		}
+	}
+	return n
 }

@@ -60,21 +60,21 @@ type Report struct {
 	BookingRequests        int64 `json:"booking_requests"`
 	DuplicateConfirmations int64 `json:"duplicate_confirmations"`
 
-	Claims          int            `json:"claims"`
-	Confirmed       int            `json:"confirmed"`
-	Taken           int            `json:"taken"`
-	NotSent         int            `json:"not_sent"`
-	Released        int            `json:"released"`
-	UnknownRaised   int            `json:"unknown_raised"`
-	UnknownSettled  Unknowns       `json:"unknown_settled"`
+	Claims           int            `json:"claims"`
+	Confirmed        int            `json:"confirmed"`
+	Taken            int            `json:"taken"`
+	NotSent          int            `json:"not_sent"`
+	Released         int            `json:"released"`
+	UnknownRaised    int            `json:"unknown_raised"`
+	UnknownSettled   Unknowns       `json:"unknown_settled"`
 	UnknownUnsettled int            `json:"unknown_unsettled"`
-	LostClaims      int            `json:"lost_claims"`
-	PhantomClaims   int            `json:"phantom_claims"`
-	StuckClaims     int            `json:"stuck_claims"`
-	States          map[string]int `json:"states"`
-	Lost            []string       `json:"lost,omitempty"`
-	Phantom         []string       `json:"phantom,omitempty"`
-	Stuck           []string       `json:"stuck,omitempty"`
+	LostClaims       int            `json:"lost_claims"`
+	PhantomClaims    int            `json:"phantom_claims"`
+	StuckClaims      int            `json:"stuck_claims"`
+	States           map[string]int `json:"states"`
+	Lost             []string       `json:"lost,omitempty"`
+	Phantom          []string       `json:"phantom,omitempty"`
+	Stuck            []string       `json:"stuck,omitempty"`
 
 	ChaosHits     map[string]int `json:"chaos_hits"`
 	SecretsLeaked int            `json:"secrets_leaked"`
@@ -83,6 +83,8 @@ type Report struct {
 	FilesScanned  int            `json:"files_scanned"`
 	BytesScanned  int64          `json:"bytes_scanned"`
 	LeftBehind    int            `json:"processes_left_behind"`
+	// MaxBrowsers is the most Chromium instances seen at once (sampled each second).
+	MaxBrowsers int `json:"max_chromium"`
 
 	Stages map[string]Stage `json:"stages"`
 	// Panel is the panel's own share of detect→leased, measured inside the
@@ -111,6 +113,7 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 		}
 	}
 	rep.Notes = append(rep.Notes, r.notes...)
+	rep.MaxBrowsers = r.maxBrowsers
 	r.mu.Unlock()
 
 	st := r.brd.Stats()
@@ -339,6 +342,7 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("  lost claims              %d %s", rep.LostClaims, short(rep.Lost))
 	p("  phantom claims           %d %s", rep.PhantomClaims, short(rep.Phantom))
 	p("  stuck claims             %d %s", rep.StuckClaims, short(rep.Stuck))
+	p("  most Chromium at once    %d", rep.MaxBrowsers)
 	p("  secrets leaked           %d (%d known secrets, %d files, %.1f MB scanned)", rep.SecretsLeaked, rep.SecretsKnown, rep.FilesScanned, float64(rep.BytesScanned)/1e6)
 	for _, l := range rep.Leaks {
 		p("    LEAK %s in %s", l.Kind, l.Where)

@@ -65,13 +65,15 @@ type runner struct {
 	byAgentID map[string]*proc
 	secrets   []secret
 
-	rng      *mrand.Rand
-	mu       sync.Mutex
-	hits     map[string]int
-	notes    []string
-	stopped  map[*proc]bool
-	started  time.Time
-	measured time.Duration
+	rng     *mrand.Rand
+	mu      sync.Mutex
+	hits    map[string]int
+	notes   []string
+	stopped map[*proc]bool
+	// maxBrowsers is the most Chromium instances seen at once.
+	maxBrowsers int
+	started     time.Time
+	measured    time.Duration
 }
 
 // Run performs a whole load test and returns its report. stdout receives
@@ -108,7 +110,7 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 		return nil, err
 	}
 	r.logs = filepath.Join(r.dir, "logs")
-	for _, d := range []string{r.logs, filepath.Join(r.dir, "agents"), filepath.Join(r.dir, "tmp")} {
+	for _, d := range []string{r.logs, filepath.Join(r.dir, "agents"), r.scratch()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("loadtest: %w", err)
 		}
@@ -125,7 +127,7 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 			rep.finish(r.cfg.Chaos == "on")
 		}
 		_ = own.Close()
-		if n := reapUnder(r.dir); n > 0 {
+		if n := reapUnder(r.scratch()); n > 0 {
 			r.log.Warn("killed processes left under the run's directory", "count", n)
 			if rep != nil {
 				rep.LeftBehind = n
@@ -145,6 +147,9 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 	rep, err = r.conclude(ctx)
 	return rep, err
 }
+
+// scratch is the agents' TMPDIR: Chromium's user-data dirs live there.
+func (r *runner) scratch() string { return filepath.Join(r.dir, "agent-tmp") }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -349,7 +354,7 @@ func (r *runner) startAgent(p *proc) error {
 			"--state-dir=" + state, "--browser-slots=" + strconv.Itoa(max(1, p.agent.Browsers))},
 		// Chromium's user-data dirs go under the run's tmp, so anything an
 		// agent killed with SIGKILL leaves behind is found and reaped.
-		Env:    childEnv("TMPDIR=" + filepath.Join(r.dir, "tmp")),
+		Env:    childEnv("TMPDIR=" + r.scratch()),
 		Output: s, RestartSec: time.Second, StartLimitInterval: time.Minute, StartLimitBurst: 1000,
 		RestartPreventExitStatus: []int{2, 78}, StopTimeout: 20 * time.Second,
 	}, r.log, nil)
@@ -397,6 +402,16 @@ func (r *runner) measure(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); r.progress(mctx) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for r.sleep(mctx, time.Second) {
+			n := countBrowsers(r.scratch())
+			r.mu.Lock()
+			r.maxBrowsers = max(r.maxBrowsers, n)
+			r.mu.Unlock()
+		}
+	}()
 
 	timer := time.NewTimer(r.cfg.Duration)
 	defer timer.Stop()

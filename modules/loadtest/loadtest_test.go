@@ -1,0 +1,123 @@
+package loadtest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/loadtest"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// report is the JSON contract of `loadtest --json`, read by name.
+type report struct {
+	DuplicateConfirmations int            `json:"duplicate_confirmations"`
+	LostClaims             int            `json:"lost_claims"`
+	PhantomClaims          int            `json:"phantom_claims"`
+	StuckClaims            int            `json:"stuck_claims"`
+	UnknownRaised          int            `json:"unknown_raised"`
+	UnknownUnsettled       int            `json:"unknown_unsettled"`
+	Confirmed              int            `json:"confirmed"`
+	Taken                  int            `json:"taken"`
+	LoadsPublished         int            `json:"loads_published"`
+	BoardBookings          int            `json:"board_bookings"`
+	ChaosHits              map[string]int `json:"chaos_hits"`
+	SecretsLeaked          int            `json:"secrets_leaked"`
+	SecretsKnown           int            `json:"secrets_known"`
+	FilesScanned           int            `json:"files_scanned"`
+	MaxChromium            int            `json:"max_chromium"`
+	LeftBehind             int            `json:"processes_left_behind"`
+	Workers                int            `json:"workers"`
+	Failed                 bool           `json:"failed"`
+	Stages                 map[string]struct {
+		Count int     `json:"count"`
+		P50   float64 `json:"p50_ms"`
+		P95   float64 `json:"p95_ms"`
+		P99   float64 `json:"p99_ms"`
+	} `json:"stages"`
+	Panel map[string]struct {
+		Count int     `json:"count"`
+		P50   float64 `json:"p50_ms"`
+	} `json:"panel"`
+}
+
+// TestReducedRunHoldsUnderChaos is the reduced load test of `make test`:
+// the real binary runs `loadtest` with 8 workers (4 in Chromium) for 50 s
+// under every chaos kind, and the report must show no duplicate, lost,
+// phantom or unsettled claim, no leaked secret, every kind hit, and no
+// process left behind.
+func TestReducedRunHoldsUnderChaos(t *testing.T) {
+	bin := testenv.Binary(t)
+	dir, err := os.MkdirTemp(testenv.Dir(t), "loadtest-")
+	require.NoError(t, err)
+	run := filepath.Join(dir, "run")
+	jsonPath := filepath.Join(dir, "report.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "loadtest", "--workers=8", "--duration=50s", "--rate=1", "--browsers=4",
+		"--seed=7", "--progress=5s", "--data-dir="+run, "--json="+jsonPath)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLEET_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Logf("loadtest output:\n%s", out.String())
+	require.NoError(t, err, "loadtest exits 0 only when the fleet held")
+
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.False(t, rep.Failed)
+	require.Equal(t, 8, rep.Workers)
+	require.Zero(t, rep.DuplicateConfirmations, "no load booked twice by one client")
+	require.Zero(t, rep.LostClaims, "every booking of a client is CONFIRMED in Fleetwright")
+	require.Zero(t, rep.PhantomClaims, "every CONFIRMED claim has its booking on the board")
+	require.Zero(t, rep.StuckClaims)
+	require.Zero(t, rep.UnknownUnsettled)
+	require.Zero(t, rep.SecretsLeaked)
+	require.Greater(t, rep.SecretsKnown, 18, "tokens, passwords and TOTP secrets of six agents were looked for")
+	require.Greater(t, rep.FilesScanned, 100, "the scan read the cluster's and the agents' files")
+	require.Zero(t, rep.LeftBehind, "nothing had to be reaped")
+	require.LessOrEqual(t, rep.MaxChromium, 4, "at most four Chromium instances at a time")
+	require.Positive(t, rep.MaxChromium, "the browser workers ran Chromium")
+	require.Positive(t, rep.UnknownRaised, "the chaos produced UNKNOWN outcomes to settle")
+	require.Positive(t, rep.Confirmed)
+	require.Equal(t, rep.BoardBookings, rep.Confirmed, "the board's bookings are exactly the claims confirmed")
+	for _, kind := range loadtest.ChaosKinds {
+		require.Positive(t, rep.ChaosHits[kind], "chaos kind %s hit", kind)
+	}
+	for _, stage := range []string{"publish_detect", "detect_action", "detect_leased"} {
+		s := rep.Stages[stage]
+		require.Positive(t, s.Count, stage)
+		require.True(t, s.P50 <= s.P95 && s.P95 <= s.P99, "%s percentiles in order: %+v", stage, s)
+	}
+	require.Positive(t, rep.Panel["lease"].Count, "the replicas measured their own lease statements")
+
+	// No process of the run is left: none names its directory.
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		require.False(t, bytes.Contains(cmdline, []byte(run+"/")) || bytes.Contains(environ, []byte(run+"/")),
+			"process %s of the run is still alive: %s", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+	}
+}
