@@ -366,7 +366,10 @@ func (e *Engine) Lease(ctx context.Context, tenant string, h Holder, r wire.Leas
 	f.granted = res.Granted
 	close(f.done)
 	if res.Granted {
-		time.AfterFunc(e.cfg.LeaseFor, func() { e.forgetFlight(k, f) })
+		// Remembered no longer than the lease, nor than grace: a claim the
+		// reconciler released on another replica is leasable again here
+		// once grace has passed at the latest.
+		time.AfterFunc(min(e.cfg.LeaseFor, e.cfg.Grace), func() { e.forgetFlight(k, f) })
 	} else {
 		e.forgetFlight(k, f)
 	}
