@@ -121,6 +121,10 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	err = e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
 		Resolution{Evidence: ev, Actor: "reconciler"})
+	if err == nil {
+		// Leasable again at once, on this replica too.
+		e.forgetFlight(a.Tenant+"\x00"+a.Key, nil)
+	}
 	if errors.Is(err, ErrTooEarly) {
 		e.m.reconciled.WithLabelValues("too_early").Inc()
 		return river.JobSnooze(time.Second)
