@@ -21,7 +21,7 @@ const (
 	Kind5xx           = "board_5xx_burst"       // 503 without effect
 	KindSessionStorm  = "session_storm"         // every board session expires
 	KindPanelRestart  = "panel_replica_restart" // SIGKILL a panel replica; its unit restarts it
-	chaosGap          = 2 * time.Second
+	chaosGap          = time.Second
 	boardBurstMin     = 3 * time.Second
 	boardBurstMax     = 25 * time.Second
 	holdFor           = 4 * time.Second
@@ -257,16 +257,24 @@ func (r *runner) stopPastLease(ctx context.Context) (int, string) {
 	release()
 	cfg := r.eng.Config()
 	stopFor := max(cfg.LeaseFor, cfg.HardTimeout) + 3*time.Second
-	// Not cut short by ctx: the agent must be continued whatever happens.
-	time.Sleep(stopFor)
-	during := r.claimState(ctx, a.tenantID, a.key)
-	r.mu.Lock()
-	if r.stopped[a.p] {
-		_ = a.p.u.Signal(syscall.SIGCONT)
-		delete(r.stopped, a.p)
-	}
-	r.mu.Unlock()
-	return 1, fmt.Sprintf("SIGSTOP %s for %s while %s was %s (it was %s when continued)", a.p.name, stopFor, a.key, state, during)
+	// The schedule goes on while the agent is frozen; the continue is not
+	// cut short by ctx (the agent must be continued whatever happens, and
+	// restoreAll continues it too if the run ends first).
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		time.Sleep(stopFor)
+		during := r.claimState(context.WithoutCancel(ctx), a.tenantID, a.key)
+		r.mu.Lock()
+		if r.stopped[a.p] {
+			_ = a.p.u.Signal(syscall.SIGCONT)
+			delete(r.stopped, a.p)
+		}
+		r.mu.Unlock()
+		r.log.Info("chaos: agent continued", "agent", a.p.name, "key", a.key, "state_when_continued", during)
+		r.printf("chaos %s: continued %s after %s; %s was %s by then", KindAgentStop, a.p.name, stopFor, a.key, during)
+	}()
+	return 1, fmt.Sprintf("SIGSTOP %s for %s while %s was %s", a.p.name, stopFor, a.key, state)
 }
 
 // redisOutage stops cell b's Redis, waits until a replica raised the cell's

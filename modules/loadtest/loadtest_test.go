@@ -61,6 +61,7 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir, err := os.MkdirTemp(testenv.Dir(t), "loadtest-")
 	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres user traverses it
 	run := filepath.Join(dir, "run")
 	jsonPath := filepath.Join(dir, "report.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

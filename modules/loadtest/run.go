@@ -66,6 +66,7 @@ type runner struct {
 	secrets   []secret
 
 	rng     *mrand.Rand
+	bg      sync.WaitGroup // chaos that outlives its step (a frozen agent)
 	mu      sync.Mutex
 	hits    map[string]int
 	notes   []string
@@ -431,6 +432,7 @@ func (r *runner) measure(ctx context.Context) error {
 	r.measured = time.Since(r.started)
 	stop()
 	wg.Wait()
+	r.bg.Wait()
 	r.restoreAll(ctx)
 	return ctx.Err()
 }
