@@ -258,6 +258,11 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			if err := ps.signIn(ctx, "the session expired"); err != nil {
 				return err
 			}
+		case platform.PageBroken:
+			env.Log.Warn("agent: the jobs page is an error page; loading it again", "worker", env.Spec.Name)
+			if err := ps.open(ctx); err != nil {
+				return err
+			}
 		default:
 			if parseURL(pageURL(ps)).Path != parseURL(bside.JobsURL()).Path {
 				if err := ps.open(ctx); err != nil {

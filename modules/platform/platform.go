@@ -142,6 +142,11 @@ const (
 	PageOK PageState = iota
 	PageSignedOut
 	PageCaptcha
+	// PageBroken: the page is at the jobs view's address but is not the
+	// working view — an error page the platform served (a 5xx while it
+	// loaded). Its scripts never run, so a watcher on it is blind while it
+	// looks warm: the worker loads the view again.
+	PageBroken
 )
 
 func (s PageState) String() string {
@@ -150,6 +155,8 @@ func (s PageState) String() string {
 		return "signed_out"
 	case PageCaptcha:
 		return "captcha"
+	case PageBroken:
+		return "broken"
 	}
 	return "ok"
 }
@@ -183,7 +190,8 @@ type Browser interface {
 	ClickBook(ctx context.Context, page *rod.Page, key string) error
 	// ParseBookResponse maps the booking answer to a result.
 	ParseBookResponse(status int, body []byte) BookResult
-	// State detects a captcha or a signed-out page.
+	// State detects a captcha, a signed-out page, or a jobs view that is
+	// an error page (PageBroken).
 	State(ctx context.Context, page *rod.Page) (PageState, error)
 	// Bookings lists the client's bookings from inside the signed-in page.
 	Bookings(ctx context.Context, page *rod.Page) (Bookings, error)

@@ -165,12 +165,21 @@ func (b *browserSide) State(ctx context.Context, page *rod.Page) (platform.PageS
 	case "/captcha":
 		return platform.PageCaptcha, nil
 	}
-	res, err := p.Eval(`() => { const o = document.getElementById("overlay"); return !!o && getComputedStyle(o).display !== "none"; }`)
+	res, err := p.Eval(`() => {
+		const o = document.getElementById("overlay");
+		if (o && getComputedStyle(o).display !== "none") return "captcha";
+		if (location.pathname === "/loads" && !document.getElementById("board")) return "broken";
+		return "ok"; }`)
 	if err != nil {
 		return platform.PageOK, fmt.Errorf("sandbox: page state: %w", err)
 	}
-	if res.Value.Bool() {
+	switch res.Value.Str() {
+	case "captcha":
 		return platform.PageCaptcha, nil
+	case "broken":
+		// The board answered the jobs view with an error page (503 under
+		// its 5xx switch): no script polls the feed there.
+		return platform.PageBroken, nil
 	}
 	return platform.PageOK, nil
 }
