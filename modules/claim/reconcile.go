@@ -20,6 +20,16 @@ const ReconcileQueue = "reconcile"
 // SweepQueue carries the leader's periodic sweeps.
 const SweepQueue = "claim_sweep"
 
+// RescueStuckJobsAfter is what the panel gives River's rescuer: a job still
+// "running" this long belongs to a replica that died (SIGKILL, OOM, a lost
+// host) and is retried. River's default is an hour, during which an UNKNOWN
+// whose reconcile job was running on the dead replica stays unsettled — the
+// load test's replica kills left two so. It must exceed every job's timeout
+// (the reconciler's and the duplicate sweep's are below it; River's default
+// job timeout is a minute); a live job rescued early would only run twice,
+// which every claim job tolerates (decisions are fenced by token and state).
+const RescueStuckJobsAfter = 90 * time.Second
+
 // Queues returns the River queues the claim engine needs.
 func Queues() map[string]river.QueueConfig {
 	return map[string]river.QueueConfig{
@@ -221,7 +231,7 @@ type duplicateSweepWorker struct {
 
 // Timeout bounds a whole duplicate sweep.
 func (w *duplicateSweepWorker) Timeout(*river.Job[DuplicateSweepArgs]) time.Duration {
-	return 5 * time.Minute
+	return 75 * time.Second // one look-up (45 s at most), then recording; below RescueStuckJobsAfter
 }
 
 func (w *duplicateSweepWorker) Work(ctx context.Context, _ *river.Job[DuplicateSweepArgs]) error {

@@ -55,7 +55,7 @@ func (c *Config) Register(s *config.Set) {
 	s.String(&c.DataDir, "data-dir", "FLEET_LOADTEST_DATA_DIR", "", "directory for the run's Postgres, Redis, agents and logs (empty: a temporary one, removed at the end)")
 	s.Int(&c.Seed, "seed", "FLEET_LOADTEST_SEED", 1, "seed of the chaos schedule and the board's dice")
 	s.Int(&c.Browsers, "browsers", "FLEET_LOADTEST_BROWSERS", 6, "most Chromium instances at once (3 watchers + browser actors; at least 3)")
-	s.Duration(&c.Settle, "settle", "FLEET_LOADTEST_SETTLE", 3*time.Minute, "longest wait for the reconciler to settle every claim after publishing stops")
+	s.Duration(&c.Settle, "settle", "FLEET_LOADTEST_SETTLE", 4*time.Minute, "longest wait for the reconciler to settle every claim after publishing stops")
 	s.Duration(&c.Progress, "progress", "FLEET_LOADTEST_PROGRESS", 10*time.Second, "how often a progress line is printed")
 }
 

@@ -249,6 +249,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  queues,
 		Workers: workers,
+		// A job a killed replica was running is retried after this, not
+		// after River's default hour (an UNKNOWN would wait that long).
+		RescueStuckJobsAfter: claim.RescueStuckJobsAfter,
 		// Periodic jobs run on the elected leader only, so replicas never
 		// overlap; a missed run simply happens at the next start (catch-up
 		// policy: run once, not once per missed interval).
