@@ -508,7 +508,10 @@ func (r *runner) progress(ctx context.Context) {
 		case <-t.C:
 		}
 		st := r.brd.Stats()
-		states, _ := r.claimStates(ctx)
+		states, err := r.claimStates(ctx)
+		if err != nil {
+			continue // the run is ending
+		}
 		r.mu.Lock()
 		kinds := 0
 		for _, k := range ChaosKinds {
@@ -517,7 +520,10 @@ func (r *runner) progress(ctx context.Context) {
 			}
 		}
 		r.mu.Unlock()
-		running, _ := r.runningWorkers(ctx)
+		running, err := r.runningWorkers(ctx)
+		if err != nil {
+			continue
+		}
 		chaos := "off"
 		if r.cfg.Chaos == "on" {
 			chaos = fmt.Sprintf("%d/%d kinds hit", kinds, len(ChaosKinds))
