@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -33,11 +34,40 @@ type fleetProcs struct {
 // LogFile is where an agent process's output goes.
 func LogFile(dataDir string, a Agent) string { return filepath.Join(dataDir, "logs", a.Key+".log") }
 
+// maxTmpDir is the longest TMPDIR Chromium can use: it binds a Unix socket
+// at TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket, and a socket path
+// has at most 107 bytes.
+const maxTmpDir = 60
+
+// TempRoot is where agents' TMPDIRs go when the data dir's path is too long
+// for them: a short directory of this data dir's own under the system's.
+func TempRoot(dataDir string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(filepath.Clean(dataDir)))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("fleet-demo-%08x", h.Sum32()))
+}
+
+// tmpDir is an agent's TMPDIR: in its state dir, unless that path is too
+// long for Chromium's socket.
+func tmpDir(dataDir string, a Agent) string {
+	if d := filepath.Join(AgentDir(dataDir, a), "tmp"); len(d) <= maxTmpDir {
+		return d
+	}
+	return filepath.Join(TempRoot(dataDir), a.Key)
+}
+
+// ProcessDirs are the directories every process the demo starts names on its
+// command line (state dirs, data dirs, Chromium's user-data dirs): a process
+// naming one of them after the demo stopped was left behind.
+func ProcessDirs(dataDir string) []string {
+	return []string{dataDir, TempRoot(dataDir)}
+}
+
 // agentEnv is the environment of an agent process: the demo's, minus the
 // FLEET_ variables meant for the demo itself, with HOME and TMPDIR in the
 // agent's state dir, as the systemd unit does (Chromium's profile, crash
 // dumps and temporary user-data dir stay there and leave with it).
-func agentEnv(dir string) []string {
+func agentEnv(dir, tmp string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -51,7 +81,7 @@ func agentEnv(dir string) []string {
 		env = append(env, kv)
 	}
 	home := filepath.Join(dir, "home")
-	return append(env, "HOME="+home, "TMPDIR="+filepath.Join(dir, "tmp"),
+	return append(env, "HOME="+home, "TMPDIR="+tmp,
 		"XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "XDG_CACHE_HOME="+filepath.Join(home, ".cache"))
 }
 
@@ -64,7 +94,8 @@ func startAgents(exe, dataDir, panelURL string, agents []Agent, log *slog.Logger
 	}
 	for _, a := range agents {
 		dir := AgentDir(dataDir, a)
-		for _, d := range []string{filepath.Join(dir, "home"), filepath.Join(dir, "tmp")} {
+		tmp := tmpDir(dataDir, a)
+		for _, d := range []string{filepath.Join(dir, "home"), tmp} {
 			if err := os.MkdirAll(d, 0o700); err != nil {
 				fp.stop(context.Background())
 				return nil, fmt.Errorf("demo: agent dir: %w", err)
@@ -77,7 +108,7 @@ func startAgents(exe, dataDir, panelURL string, agents []Agent, log *slog.Logger
 		}
 		fp.logs = append(fp.logs, out)
 		fp.units = append(fp.units, unit.Start(unit.Spec{
-			Name: a.Name(), Path: exe, Dir: dir, Env: agentEnv(dir), Output: out,
+			Name: a.Name(), Path: exe, Dir: dir, Env: agentEnv(dir, tmp), Output: out,
 			Args: []string{"--role=agent", "--panel=" + panelURL, "--token-file=" + TokenFile(dataDir, a),
 				"--state-dir=" + dir, "--browser-slots=1"},
 			RestartSec: restartSec, StartLimitInterval: startLimitInterval, StartLimitBurst: startLimitBurst,

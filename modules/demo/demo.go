@@ -131,6 +131,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		// A process a killed agent left behind (its Chromium) is reaped the
 		// way systemd's KillMode reaps a unit's cgroup.
 		reap(filepath.Join(cfg.DataDir, "agents"), log)
+		reap(TempRoot(cfg.DataDir), log)
+		_ = os.RemoveAll(TempRoot(cfg.DataDir))
 		if brd != nil {
 			if cerr := brd.Close(); cerr != nil {
 				log.Warn("demo: board stop", "err", cerr)
@@ -147,7 +149,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	bcfg := board.Defaults()
+	// On disk, not in memory: load ids go on from the last start, because
+	// the panel's cells remember ids they saw until the loads expire.
 	bcfg.Listen, bcfg.DataDir, bcfg.Rate = cfg.BoardListen, filepath.Join(cfg.DataDir, "board"), cfg.BoardRate
+	bcfg.Data = filepath.Join(bcfg.DataDir, "board.sqlite")
 	bcfg.Seed = int(time.Now().UnixNano() % 1_000_000)
 	brd, err = board.Start(ctx, bcfg, log.With("component", "board"))
 	if err != nil {

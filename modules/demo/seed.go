@@ -124,7 +124,9 @@ func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 func AgentDir(dataDir string, a Agent) string { return filepath.Join(dataDir, "agents", a.Key) }
 
 // TokenFile is where an agent's token is kept (0600).
-func TokenFile(dataDir string, a Agent) string { return filepath.Join(AgentDir(dataDir, a), "agent.token") }
+func TokenFile(dataDir string, a Agent) string {
+	return filepath.Join(AgentDir(dataDir, a), "agent.token")
+}
 
 // agent finds or creates the agent's panel account, its agent (writing the
 // token file) and its board account. Credentials are generated once, sealed
