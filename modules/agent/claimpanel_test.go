@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -80,6 +81,9 @@ func newClaimPanel(t *testing.T, boardURL string, creds wire.Credentials, worker
 		leaseFor: 10 * time.Second, hardMS: 15000,
 		detected: make(chan wire.Sighting, 1000), outcomes: make(chan wire.Outcome, 100),
 		events: make(chan wire.Event, 100), lookups: make(chan wire.LookupResult, 10)}
+	// The tenant wants every job (a tenant without filters wants nothing).
+	_, err = p.claims.PutFilter(ctx, claim.DBAuditor{}, "test", tenant, claim.Filter{Name: "everything", Enabled: true})
+	require.NoError(t, err)
 	p.welcome = wire.Welcome{AgentID: p.agentID, InstallationID: "inst-test",
 		Config:      wire.Config{Account: wire.Account{Key: "acme-1", Region: "us-central", BoardURL: boardURL}, Workers: workers},
 		Credentials: creds}
@@ -153,6 +157,17 @@ func (p *claimPanel) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// record writes the panel's record of a queued job, as the real cell
+// dispatcher does before any offer: the lease checks the tenant's filters
+// against it.
+func (p *claimPanel) record(ctx context.Context, key string) {
+	now := time.Now()
+	if _, err := p.claims.RecordJob(ctx, claim.QueuedJob{Tenant: p.tenant, Cell: "default", Job: wire.Job{Key: key},
+		SeenAt: now, QueuedAt: now}); err != nil {
+		p.t.Errorf("record job: %v", err)
+	}
+}
+
 func (p *claimPanel) holder(worker string) claim.Holder {
 	return claim.Holder{Agent: p.agentID, Worker: worker}
 }
@@ -164,13 +179,16 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 			p.detected <- s
 		}
 	case wire.LeaseRequest:
+		p.record(ctx, m.Key)
 		l, err := p.claims.Lease(ctx, claim.LeaseRequest{Tenant: p.tenant, Key: m.Key, Holder: p.holder(m.Worker), For: p.leaseFor})
 		res := wire.LeaseResult{RequestID: m.RequestID, Key: m.Key}
 		switch {
 		case err == nil:
 			res.Granted, res.Token, res.OperationID = true, l.Token, l.OperationID
 			res.RemainingMillis, res.HardTimeoutMillis = l.Remaining.Milliseconds(), p.hardMS
-		case err == claim.ErrNotGranted:
+		case errors.Is(err, claim.ErrNotGranted):
+			res.Reason = wire.ReasonHeld
+		case errors.As(err, new(*claim.Refusal)):
 			res.Reason = wire.ReasonHeld
 		default:
 			p.t.Errorf("lease: %v", err)

@@ -27,6 +27,7 @@ func TestRestartReportsJournaledActionUnknown(t *testing.T) {
 	key := loads[0].ID
 
 	// What the killed agent had done: leased, started acting, journaled.
+	p.record(ctx, key)
 	l, err := p.claims.Lease(ctx, claim.LeaseRequest{Tenant: p.tenant, Key: key, Holder: p.holder("h1"), For: 10 * time.Second})
 	require.NoError(t, err)
 	_, err = p.claims.StartActing(ctx, p.tenant, key, l.Token, p.holder("h1"), 15*time.Second)

@@ -1,0 +1,170 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// TestFleetClaimsTwoHundredLoadsExactlyOnce is issue 7's end-to-end test: the
+// panel binary, a sandbox board, and six agent processes of one tenant (one
+// browser watcher, two browser actors, three HTTP actors) on loopback. The
+// board publishes 200 loads that all match; its oracle must show no duplicate
+// confirmation, at least 95 % of the loads confirmed, each miss explained,
+// and every confirmed claim carries all six stage timestamps.
+func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	d := testenv.DB(t)
+	key := make([]byte, vault.KeySize)
+	for i := range key {
+		key[i] = byte(3*i + 1)
+	}
+	v, err := vault.New(key)
+	require.NoError(t, err)
+	ops := audit.Entry{Actor: "e2e"}
+
+	// The board, with six accounts of one client.
+	bcfg := board.Defaults()
+	bcfg.Listen, bcfg.Rate, bcfg.AdminToken, bcfg.IdempotencyKeys = "127.0.0.1:0", 0, "e2e-admin-token-0123456789", true
+	bcfg.LoadTTL = 10 * time.Minute
+	brd, err := board.Start(ctx, bcfg, testenv.Logger(t))
+	require.NoError(t, err)
+	defer brd.Close()
+
+	var tenant string
+	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&tenant))
+	st := fleet.NewStore(d.App, v)
+	kinds := []string{"watcher", "actor", "actor", "http_actor", "http_actor", "http_actor"}
+	var tokens []string
+	for i, kind := range kinds {
+		user := fmt.Sprintf("acme-%d", i+1)
+		acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: user, Password: "pw-" + user + "-Zq9", Client: "acme"})
+		require.NoError(t, err)
+		id, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: user, BoardURL: brd.URL(), Username: user,
+			Password: "pw-" + user + "-Zq9", TOTPSecret: acct.TOTPSecret,
+			Workers: []wire.WorkerSpec{{Name: kind + "-1", Kind: kind}}}, ops)
+		require.NoError(t, err)
+		_, tok, err := st.CreateAgent(ctx, tenant, id, "agent-"+user, ops)
+		require.NoError(t, err)
+		tokens = append(tokens, tok)
+	}
+	// One filter that wants every load.
+	eng, err := claim.NewEngine(claim.NewStore(d.App, nil), claim.Config{})
+	require.NoError(t, err)
+	_, err = eng.PutFilter(ctx, "e2e", tenant, claim.Filter{Name: "everything", Enabled: true})
+	require.NoError(t, err)
+
+	// The panel on the same database.
+	dir, err := os.MkdirTemp(testenv.Dir(t), "claims-e2e-")
+	require.NoError(t, err)
+	bin := testenv.Binary(t)
+	panel := testenv.Start(t, bin, []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir},
+		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(t),
+		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
+	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
+
+	for i, tok := range tokens {
+		state := filepath.Join(dir, fmt.Sprintf("agent-%d", i+1))
+		require.NoError(t, os.MkdirAll(state, 0o700))
+		f := filepath.Join(state, "token")
+		require.NoError(t, os.WriteFile(f, []byte(tok), 0o600))
+		testenv.Start(t, bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + f, "--state-dir=" + state})
+	}
+	// Every worker running before the board starts publishing.
+	require.Eventually(t, func() bool {
+		fl, err := st.List(ctx, tenant)
+		if err != nil {
+			return false
+		}
+		running := 0
+		for _, a := range fl.Agents {
+			for _, w := range a.State.Workers {
+				if w.State == wire.WorkerRunning {
+					running++
+				}
+			}
+		}
+		return running == len(kinds)
+	}, 2*time.Minute, 250*time.Millisecond, "six workers running")
+
+	// 200 loads, ten a second.
+	var keys []string
+	for i := 0; i < 20; i++ {
+		loads, err := brd.Publish(ctx, 10, nil)
+		require.NoError(t, err)
+		for _, l := range loads {
+			keys = append(keys, l.ID)
+		}
+		time.Sleep(time.Second)
+	}
+	require.Len(t, keys, 200)
+
+	settled := func() (confirmed int, open []string) {
+		for _, k := range keys {
+			c, err := eng.Store().Get(ctx, tenant, k)
+			switch {
+			case err != nil:
+				open = append(open, k)
+			case c.State == claim.Confirmed:
+				confirmed++
+			case !c.State.Final():
+				open = append(open, k)
+			}
+		}
+		return confirmed, open
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, open := settled(); c == len(keys) || len(open) == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	stats := brd.Stats()
+	confirmed, _ := settled()
+	t.Logf("loads %d, board bookings %d, duplicates %d, claims confirmed %d",
+		len(keys), stats.ConfirmedBookings, stats.DuplicateConfirmations, confirmed)
+	require.Zero(t, stats.DuplicateConfirmations, "no load booked twice by the client")
+
+	// Explain every miss.
+	var misses []string
+	for _, k := range keys {
+		c, err := eng.Store().Get(ctx, tenant, k)
+		if err != nil {
+			misses = append(misses, k+": never leased (no claim row)")
+			continue
+		}
+		if c.State != claim.Confirmed {
+			misses = append(misses, fmt.Sprintf("%s: %s outcome=%q detail=%q attempts=%d", k, c.State, c.Outcome, c.Detail, c.Attempts))
+		}
+	}
+	sort.Strings(misses)
+	if len(misses) > 0 {
+		t.Logf("%d loads not confirmed:\n%s", len(misses), strings.Join(misses, "\n"))
+	}
+	require.GreaterOrEqual(t, confirmed, 190, "at least 95 %% of the loads confirmed")
+	require.EqualValues(t, confirmed, len(brd.Bookings("acme")), "the board holds exactly the bookings Fleetwright confirmed")
+
+	// Six stages on every confirmed claim.
+	var missingStage int
+	require.NoError(t, d.Owner.QueryRow(ctx, `SELECT count(*) FROM claims WHERE state = 'CONFIRMED' AND (published_at IS NULL
+		OR seen_at IS NULL OR queued_at IS NULL OR leased_at IS NULL OR act_sent_at IS NULL OR confirmed_at IS NULL)`).Scan(&missingStage))
+	require.Zero(t, missingStage, "every confirmed claim has all six timestamps")
+}
