@@ -27,8 +27,11 @@ const (
 
 // fleetProcs are the demo's agent processes, each under its own unit.
 type fleetProcs struct {
-	units []*unit.Unit
-	logs  []*os.File
+	units       []*unit.Unit
+	tmps        []string
+	logs        []*os.File
+	stopJanitor chan struct{}
+	janitorDone chan struct{}
 }
 
 // LogFile is where an agent process's output goes.
@@ -47,9 +50,9 @@ func TempRoot(dataDir string) string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("fleet-demo-%08x", h.Sum32()))
 }
 
-// tmpDir is an agent's TMPDIR: in its state dir, unless that path is too
+// TmpDir is an agent's TMPDIR: in its state dir, unless that path is too
 // long for Chromium's socket.
-func tmpDir(dataDir string, a Agent) string {
+func TmpDir(dataDir string, a Agent) string {
 	if d := filepath.Join(AgentDir(dataDir, a), "tmp"); len(d) <= maxTmpDir {
 		return d
 	}
@@ -88,13 +91,15 @@ func agentEnv(dir, tmp string) []string {
 // startAgents starts one supervised process per agent: the same binary,
 // `--role=agent`, its token file and state dir.
 func startAgents(exe, dataDir, panelURL string, agents []Agent, log *slog.Logger) (*fleetProcs, error) {
-	fp := &fleetProcs{}
+	fp := &fleetProcs{stopJanitor: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(dataDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("demo: logs dir: %w", err)
 	}
 	for _, a := range agents {
 		dir := AgentDir(dataDir, a)
-		tmp := tmpDir(dataDir, a)
+		tmp := TmpDir(dataDir, a)
+		// Profiles a killed run left behind; no browser uses them now.
+		_ = os.RemoveAll(tmp)
 		for _, d := range []string{filepath.Join(dir, "home"), tmp} {
 			if err := os.MkdirAll(d, 0o700); err != nil {
 				fp.stop(context.Background())
@@ -114,13 +119,41 @@ func startAgents(exe, dataDir, panelURL string, agents []Agent, log *slog.Logger
 			RestartSec: restartSec, StartLimitInterval: startLimitInterval, StartLimitBurst: startLimitBurst,
 			RestartPreventExitStatus: []int{exitRetired}, StopTimeout: stopTimeout,
 		}, log, nil))
+		fp.tmps = append(fp.tmps, tmp)
 	}
+	fp.janitorDone = make(chan struct{})
+	go fp.janitor(log)
 	return fp, nil
 }
+
+// janitor sweeps every agent's TMPDIR every two seconds (see sweep).
+func (fp *fleetProcs) janitor(log *slog.Logger) {
+	defer close(fp.janitorDone)
+	t := time.NewTicker(janitorEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-fp.stopJanitor:
+			return
+		case <-t.C:
+		}
+		for i, u := range fp.units {
+			_, _, pid, _ := u.Status()
+			sweep(fp.tmps[i], pid, log)
+		}
+	}
+}
+
+// janitorEvery is how often leftovers of crashed agents are looked for.
+const janitorEvery = 2 * time.Second
 
 // stop sends every agent SIGTERM at once and waits for all of them (each
 // gets SIGKILL after its stop timeout).
 func (fp *fleetProcs) stop(ctx context.Context) {
+	close(fp.stopJanitor)
+	if fp.janitorDone != nil {
+		<-fp.janitorDone
+	}
 	var wg sync.WaitGroup
 	for _, u := range fp.units {
 		wg.Add(1)

@@ -74,6 +74,7 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	fleetOnline(t, cl, run.console)
 	first := claimsConfirmed(t, run.board, info.BoardAdminToken, 0)
 	panelConfirmed(t, data)
+	crash(t, data, cl, run.console)
 
 	// The one-time password is printed once and logged nowhere; no token
 	// reaches the output.
@@ -250,6 +251,53 @@ func panelConfirmed(t *testing.T, data string) {
 		}
 		return total > 0, fmt.Sprint(counts)
 	})
+}
+
+// crash SIGKILLs a browser watcher's agent: the browser it could not close
+// is reaped at once, and its unit starts it again after RestartSec (10 s).
+func crash(t *testing.T, data string, cl *http.Client, console string) {
+	t.Helper()
+	var a demo.Agent
+	for _, x := range demo.Agents {
+		if x.Kind == "watcher" {
+			a = x
+			break
+		}
+	}
+	agentPid := func() int {
+		for pid, cmd := range demo.Procs(demo.AgentDir(data, a)) {
+			if strings.Contains(cmd, "--role=agent") && strings.Contains(cmd, "--state-dir="+demo.AgentDir(data, a)+" ") {
+				return pid
+			}
+		}
+		return 0
+	}
+	profiles := regexp.MustCompile(`fleet-chromium-[0-9]+`)
+	var old []string
+	waitUntil(t, 30*time.Second, a.Name()+"'s Chromium is up", func() (bool, string) {
+		old = nil
+		for _, cmd := range demo.Procs(demo.TmpDir(data, a)) {
+			old = append(old, profiles.FindAllString(cmd, -1)...)
+		}
+		return len(old) > 0 && agentPid() > 0, ""
+	})
+	pid := agentPid()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	waitUntil(t, 10*time.Second, "the killed agent's browser is reaped", func() (bool, string) {
+		for p, cmd := range demo.Procs(demo.TmpDir(data, a)) {
+			for _, o := range old {
+				if strings.Contains(cmd, o) {
+					return false, fmt.Sprint(p, " ", o)
+				}
+			}
+		}
+		return true, ""
+	})
+	waitUntil(t, 30*time.Second, "the unit restarts the agent", func() (bool, string) {
+		n := agentPid()
+		return n != 0 && n != pid, strconv.Itoa(n)
+	})
+	fleetOnline(t, cl, console)
 }
 
 // stop interrupts the demo like Ctrl-C and checks that nothing it started is
