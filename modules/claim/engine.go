@@ -135,6 +135,17 @@ type Engine struct {
 
 	fmu     sync.Mutex
 	filters map[string]cachedFilters
+
+	// flights holds this replica's lease attempt per job (see Lease).
+	lmu     sync.Mutex
+	flights map[string]*leaseFlight
+}
+
+// leaseFlight is one replica's attempt at a job's lease: the first request
+// asks Postgres, the concurrent ones wait for its answer.
+type leaseFlight struct {
+	done    chan struct{}
+	granted bool
 }
 
 type cachedFilters struct {
@@ -318,7 +329,61 @@ func holder(h Holder, worker string) Holder {
 
 // Lease runs the lease statement for an actor. Only a granted result
 // carries a token.
+//
+// Every matching actor answers an offer at once, so a job draws dozens of
+// lease requests within milliseconds. Within one replica only the first asks
+// Postgres; the others wait for its answer and, when it was granted, are
+// refused as held without a statement — a refusal can never cause a
+// duplicate, and Postgres still decides between replicas. When the first
+// attempt was not granted, each waiter asks Postgres itself (the refusal may
+// have been the first actor's own, e.g. a stale lease). A granted job is
+// remembered for the lease's length, after which a re-lease is possible.
 func (e *Engine) Lease(ctx context.Context, tenant string, h Holder, r wire.LeaseRequest) wire.LeaseResult {
+	k := tenant + "\x00" + r.Key
+	e.lmu.Lock()
+	if e.flights == nil {
+		e.flights = map[string]*leaseFlight{}
+	}
+	f, waiting := e.flights[k]
+	if !waiting {
+		f = &leaseFlight{done: make(chan struct{})}
+		e.flights[k] = f
+	}
+	e.lmu.Unlock()
+	if waiting {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return wire.LeaseResult{RequestID: r.RequestID, Key: r.Key, Reason: wire.ReasonInternal}
+		}
+		if f.granted {
+			e.m.leases.WithLabelValues(wire.ReasonHeld).Inc()
+			return wire.LeaseResult{RequestID: r.RequestID, Key: r.Key, Reason: wire.ReasonHeld}
+		}
+		return e.lease(ctx, tenant, h, r)
+	}
+	res := e.lease(ctx, tenant, h, r)
+	f.granted = res.Granted
+	close(f.done)
+	if res.Granted {
+		time.AfterFunc(e.cfg.LeaseFor, func() { e.forgetFlight(k, f) })
+	} else {
+		e.forgetFlight(k, f)
+	}
+	return res
+}
+
+// forgetFlight drops a finished attempt (a NOT_SENT release also calls it, so
+// the job may be leased again at once).
+func (e *Engine) forgetFlight(k string, f *leaseFlight) {
+	e.lmu.Lock()
+	if cur, ok := e.flights[k]; ok && (f == nil || cur == f) {
+		delete(e.flights, k)
+	}
+	e.lmu.Unlock()
+}
+
+func (e *Engine) lease(ctx context.Context, tenant string, h Holder, r wire.LeaseRequest) wire.LeaseResult {
 	h = holder(h, r.Worker)
 	res := wire.LeaseResult{RequestID: r.RequestID, Key: r.Key}
 	if h.Agent == "" || h.Worker == "" || tenant == "" || r.Key == "" {
@@ -404,6 +469,10 @@ func (e *Engine) Outcome(ctx context.Context, tenant string, h Holder, o wire.Ou
 		e.m.outcomes.WithLabelValues(string(out.Result)).Inc()
 		if out.Result == Confirmed {
 			e.observe(ctx, tenant, o.Key)
+		}
+		if out.Result == NotSent {
+			// Released at once: another actor may lease it right away.
+			e.forgetFlight(tenant+"\x00"+o.Key, nil)
 		}
 	case errors.As(err, &r) && r.Reason == ReasonWrongState:
 		// Token and holder match: the claim already moved on (a repeated

@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- p.srv.Serve() }()
+	go func() { errc <- p.Serve() }()
 	if cfg.Ready != nil {
 		cfg.Ready(p.srv.Addr())
 	}
@@ -337,6 +337,9 @@ func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) err
 	defer owner.Close()
 	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, log)
 }
+
+// Serve serves HTTP until Stop (Start only binds the listener).
+func (p *Panel) Serve() error { return p.srv.Serve() }
 
 // Addr is the address the console is served on.
 func (p *Panel) Addr() string { return p.srv.Addr() }
