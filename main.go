@@ -40,6 +40,7 @@ var commands = []struct{ name, help string }{
 	{"admin disable-user", "disable a user and end their sessions (--email)"},
 	{"admin pause", "pause claiming: no new lease, no new action (the whole fleet, or --tenant SLUG); audited"},
 	{"admin resume", "resume claiming (the whole fleet, or --tenant SLUG); audited"},
+	{"admin issue-agent-token", "give an agent a new token, printed once (--tenant SLUG --agent NAME); the old one stops working"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
 }

@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/alexedwards/argon2id"
 	"github.com/jackc/pgx/v5"
 	"github.com/pquerna/otp/totp"
 
@@ -222,27 +221,13 @@ func (s *seeder) agent(ctx context.Context, tenantID string, a Agent) error {
 }
 
 // setBoardURL follows the board to its address of this start (--board-listen
-// may change, or be :0 in tests), audited like the console's edits.
+// may change, or be :0 in tests).
 func (s *seeder) setBoardURL(ctx context.Context, tenantID, accountID, key string) error {
-	err := db.InTenant(ctx, s.p.DB, tenantID, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE accounts SET board_url = $2 WHERE id = $1`, accountID, s.b.URL()); err != nil {
-			return err
-		}
-		e := s.by
-		e.Action, e.Target = "fleet.account.board_url", "account "+key
-		e.Detail = map[string]any{"account_id": accountID, "board_url": s.b.URL()}
-		return audit.Append(ctx, tx, e)
-	})
-	if err != nil {
+	if err := s.p.Fleet.SetBoardURL(ctx, tenantID, accountID, s.b.URL(), s.by); err != nil {
 		return fmt.Errorf("demo: board URL of %s: %w", key, err)
 	}
 	return nil
 }
-
-// hashParams are account's argon2id parameters (modules/account/password.go);
-// the account module has no exported way to set a password without the old
-// one, which only the CLI's create-user and this reset need.
-var hashParams = &argon2id.Params{Memory: 19 * 1024, Iterations: 2, Parallelism: 1, SaltLength: 16, KeyLength: 32}
 
 // admin creates the demo's administrator, or on a later start gives it a new
 // one-time password and resets its TOTP enrolment and sessions, so every
@@ -261,20 +246,9 @@ func (s *seeder) admin(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	hash, err := argon2id.CreateHash(password, hashParams)
-	if err != nil {
-		return "", fmt.Errorf("demo: hash password: %w", err)
-	}
-	err = audit.InSystem(ctx, s.p.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE users SET password_hash = $2, disabled_at = NULL, updated_at = now() WHERE id::text = $1`,
-			u.ID, hash); err != nil {
-			return err
-		}
-		e := s.by
-		e.Action, e.Target, e.Detail = "user.password_reset", u.Email, map[string]any{"user_id": u.ID, "reason": "demo start: new one-time password"}
-		return audit.Append(ctx, tx, e)
-	})
-	if err != nil {
+	by := s.by
+	by.Detail = map[string]any{"user_id": u.ID, "reason": "demo start: new one-time password"}
+	if err := account.ResetPassword(ctx, s.p.DB, u.ID, password, by); err != nil {
 		return "", fmt.Errorf("demo: reset admin password: %w", err)
 	}
 	if err := account.ResetMFA(ctx, s.p.DB, u.ID, s.by); err != nil {

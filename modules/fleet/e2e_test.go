@@ -147,6 +147,16 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 		return nil
 	}))
 	require.Greater(t, files, 100, "the scan read the cluster's files")
+
+	// A new token from the command line, shown once; the fleet page shows
+	// its hint, and the agent holding the old one is refused from now on.
+	issue := testenv.Start(t, bin, []string{"admin", "issue-agent-token", "--tenant=acme", "--agent=agent-acct-3", "--data-dir=" + dir})
+	require.Equal(t, 0, issue.Wait(time.Minute), issue.Output())
+	m := regexp.MustCompile(`(fwa_\S+)`).FindStringSubmatch(issue.Output())
+	require.NotNil(t, m, issue.Output())
+	require.NotEqual(t, tokens[2], m[1])
+	nav("/t/acme/fleet")
+	require.Contains(t, p.MustElement(`[data-testid="agent-agent-acct-3"]`).MustText(), m[1][len(m[1])-4:])
 }
 
 func boardPassword(i int) string { return fmt.Sprintf("board-Password-%d-xq7", i) }
