@@ -1,7 +1,9 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
@@ -24,6 +26,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -279,4 +282,32 @@ func TestUnknownTokenAndMalformedMessagesNeverCrashThePanel(t *testing.T) {
 	data, _ := wire.Encode(wire.Current, wire.Frame{Time: time.Now(), Message: h})
 	_, ok := exchange(t, dial(t, url), data).Message.(wire.Welcome)
 	require.True(t, ok)
+}
+
+// A captcha stops a worker; the fleet page shows the request for a person,
+// with the page's screenshot, until a newer event of that worker arrives.
+func TestNeedsPersonIsShownWithItsScreenshot(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id, _ := b.agent(t, "acct-np")
+	a := fleet.Agent{ID: id, Tenant: b.tenant}
+	shot := base64.StdEncoding.EncodeToString([]byte("\xff\xd8\xff\xe0 tiny jpeg"))
+	require.NoError(t, b.store.AddEvent(ctx, a, wire.Event{Level: wire.LevelError, Kind: "needs_person", Worker: "actor-1",
+		Message: "the platform shows a captcha", At: time.Now(), Fields: map[string]string{"screenshot_jpeg_base64": shot}}))
+	f, err := b.store.List(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Len(t, f.NeedsPerson, 1)
+	require.Equal(t, shot, f.NeedsPerson[0].Event.Screenshot)
+
+	var html bytes.Buffer
+	require.NoError(t, fleet.Page(views.Page{Title: "Fleet"}, fleet.PageModel{Slug: "acme", Fleet: f, CanSteer: true}).Render(ctx, &html))
+	require.Contains(t, html.String(), `data-testid="needs-person-agent-acct-np"`)
+	require.Contains(t, html.String(), `src="data:image/jpeg;base64,`+shot+`"`)
+	require.Contains(t, html.String(), "restart actor-1")
+
+	require.NoError(t, b.store.AddEvent(ctx, a, wire.Event{Level: wire.LevelInfo, Kind: "worker_restarted", Worker: "actor-1",
+		Message: "restarted by a person", At: time.Now()}))
+	f, err = b.store.List(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Empty(t, f.NeedsPerson)
 }
