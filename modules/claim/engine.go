@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -70,7 +71,6 @@ type Config struct {
 	Clock         clock.Clock
 	Log           *slog.Logger
 	Registerer    prometheus.Registerer
-	Auditor       Auditor
 }
 
 func (c *Config) defaults() {
@@ -100,9 +100,6 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Auditor == nil {
-		c.Auditor = DBAuditor{}
 	}
 }
 
@@ -435,21 +432,21 @@ func (e *Engine) AgentLost(ctx context.Context, tenant, agentID string) error {
 }
 
 // PutFilter saves a filter (audited) and applies it on this replica at once.
-func (e *Engine) PutFilter(ctx context.Context, actor, tenant string, f Filter) (int64, error) {
+func (e *Engine) PutFilter(ctx context.Context, by audit.Entry, tenant string, f Filter) (int64, error) {
 	defer e.forgetFilters(tenant)
-	return e.store.PutFilter(ctx, e.cfg.Auditor, actor, tenant, f)
+	return e.store.PutFilter(ctx, by, tenant, f)
 }
 
 // DeleteFilter removes a filter (audited).
-func (e *Engine) DeleteFilter(ctx context.Context, actor, tenant string, id int64) error {
+func (e *Engine) DeleteFilter(ctx context.Context, by audit.Entry, tenant string, id int64) error {
 	defer e.forgetFilters(tenant)
-	return e.store.DeleteFilter(ctx, e.cfg.Auditor, actor, tenant, id)
+	return e.store.DeleteFilter(ctx, by, tenant, id)
 }
 
 // Decide approves or rejects a job waiting for review (audited); an approved
 // job is offered again at once so the tenant's actors race for it.
-func (e *Engine) Decide(ctx context.Context, actor, tenant, key string, approve bool) error {
-	if err := e.store.Decide(ctx, e.cfg.Auditor, actor, tenant, key, approve); err != nil {
+func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string, approve bool) error {
+	if err := e.store.Decide(ctx, by, tenant, key, approve); err != nil {
 		return err
 	}
 	if !approve {
