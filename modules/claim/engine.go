@@ -453,8 +453,15 @@ func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string,
 		return nil
 	}
 	q, err := e.store.JobRecord(ctx, tenant, key)
-	if err != nil {
-		return err
+	if err == nil {
+		err = e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
 	}
-	return e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotOffered, err)
+	}
+	return nil
 }
+
+// ErrNotOffered: the approval stands (and is audited), but the job could not
+// be offered again now (its cell is failing, or no cell runs here).
+var ErrNotOffered = errors.New("claim: approved, but the job could not be offered again now")

@@ -487,6 +487,11 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request) {
 		back(rw, r, tenantPath(r, "/settings"), "bad", "Nothing decided: "+inv.Error()+".")
 		return
 	}
+	if errors.Is(err, ErrNotOffered) {
+		w.Log.Warn("approved job not offered again", "tenant", t.Slug, "key", key, "err", err)
+		back(rw, r, tenantPath(r, "/settings"), "warn", "Approved "+key+", but it could not be offered again now (its cell is not claiming).")
+		return
+	}
 	if err != nil {
 		w.fail(rw, r, "review decision", err)
 		return
