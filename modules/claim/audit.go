@@ -74,15 +74,31 @@ type AuditRecord struct {
 	At     time.Time
 }
 
+// perClaim are the actions recorded once per claim (outcomes, sweeps): the
+// claims page shows those claims; the settings pages show the rest.
+const perClaim = `('claim.outcome', 'claim.unknown', 'claim.released')`
+
+// SettingsLog reads the latest changes of settings, reviews, reconciliation
+// and duplicates in one chain, newest first: the audit minus the per-claim
+// entries.
+func (s *Store) SettingsLog(ctx context.Context, tenant string, limit int) ([]AuditRecord, error) {
+	return s.auditLog(ctx, tenant, "", true, limit)
+}
+
 // AuditLog reads the latest claim and cell entries of one chain — a tenant's,
 // or the system's when tenant is audit.System — newest first, optionally one
 // action only.
 func (s *Store) AuditLog(ctx context.Context, tenant, action string, limit int) ([]AuditRecord, error) {
+	return s.auditLog(ctx, tenant, action, false, limit)
+}
+
+func (s *Store) auditLog(ctx context.Context, tenant, action string, settingsOnly bool, limit int) ([]AuditRecord, error) {
 	var out []AuditRecord
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, actor, action, target, detail::text, at FROM audit_log
 			WHERE (action LIKE 'claim.%' OR action LIKE 'cell.%' OR action = 'fleet.agents.configure')
-			  AND ($1 = '' OR action = $1) ORDER BY id DESC LIMIT $2`, action, limit)
+			  AND ($1 = '' OR action = $1) AND NOT ($3 AND action IN `+perClaim+`)
+			ORDER BY id DESC LIMIT $2`, action, limit, settingsOnly)
 		if err != nil {
 			return err
 		}

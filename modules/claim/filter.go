@@ -22,19 +22,20 @@ import (
 // (claim_filter_matches in migrations/0031_claim_engine.sql) when a lease is
 // granted; a test checks the two agree.
 type Filter struct {
-	ID      int64
-	Name    string
-	Enabled bool
+	ID      int64  `json:"id"`
+	Name    string `json:"name"`
+	Enabled bool   `json:"enabled"`
 	// Origins and Destinations match a whole place ("dallas, tx") or its
 	// region, the part after the last comma ("tx"); case-insensitive.
-	Origins      []string
-	Destinations []string
-	Equipment    []string
+	Origins      []string `json:"origins"`
+	Destinations []string `json:"destinations"`
+	Equipment    []string `json:"equipment"`
 	// MinRatePerMileCents: the job's rate ÷ miles must reach it (0: any).
-	MinRatePerMileCents int
-	MaxWeightLbs        *int
-	MinMiles, MaxMiles  *int
-	UpdatedAt           time.Time
+	MinRatePerMileCents int       `json:"min_rate_per_mile_cents"`
+	MaxWeightLbs        *int      `json:"max_weight_lbs"`
+	MinMiles            *int      `json:"min_miles"`
+	MaxMiles            *int      `json:"max_miles"`
+	UpdatedAt           time.Time `json:"-"`
 }
 
 func region(s string) string {

@@ -133,7 +133,7 @@ type Resolution struct {
 	Confirm bool
 	// ConfirmedAt is the board's booking time (Confirm only).
 	ConfirmedAt time.Time
-	Evidence any
+	Evidence    any
 }
 
 // ErrTooEarly refuses a release before grace has passed since the action

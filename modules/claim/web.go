@@ -40,7 +40,9 @@ func Mount(r chi.Router, d WebDeps) {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	w := &web{d}
-	get := func(pattern string, p auth.Perm, h http.HandlerFunc) { r.Method(http.MethodGet, pattern, auth.Require(p, h)) }
+	get := func(pattern string, p auth.Perm, h http.HandlerFunc) {
+		r.Method(http.MethodGet, pattern, auth.Require(p, h))
+	}
 	post := func(pattern string, p auth.Perm, h http.HandlerFunc) {
 		r.Method(http.MethodPost, pattern, auth.Require(p, h))
 	}
@@ -228,10 +230,10 @@ func (w *web) latencyCSV(rw http.ResponseWriter, r *http.Request) {
 
 // filterInput is a filter form as typed, so a refused form keeps it.
 type filterInput struct {
-	ID                                          string
-	Name                                        string
-	Enabled                                     bool
-	Origins, Destinations, Equipment            string
+	ID                                            string
+	Name                                          string
+	Enabled                                       bool
+	Origins, Destinations, Equipment              string
 	MinRatePerMile, MaxWeight, MinMiles, MaxMiles string
 }
 
@@ -296,7 +298,7 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 	if m.Reviews, err = w.Engine.store.Reviews(ctx, at.ID, 50); err != nil {
 		return m, err
 	}
-	m.Audit, err = w.Engine.store.AuditLog(ctx, at.ID, "", 20)
+	m.Audit, err = w.Engine.store.SettingsLog(ctx, at.ID, 20)
 	return m, err
 }
 
@@ -641,7 +643,7 @@ func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
 	var err error
 	if m.FleetPaused, err = w.Engine.store.FleetPaused(r.Context()); err == nil {
 		if m.Tenants, err = w.acrossTenants(r, "show every tenant's pause switch, cap and review threshold"); err == nil {
-			m.Audit, err = w.Engine.store.AuditLog(r.Context(), audit.System, "", 20)
+			m.Audit, err = w.Engine.store.SettingsLog(r.Context(), audit.System, 20)
 		}
 	}
 	if err != nil {
