@@ -216,7 +216,7 @@ func SeriesSVG(stage string, claims []Claim) string {
 		b.ds = append(b.ds, d)
 	}
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].at.Before(buckets[j].at) })
-	const w, h, pad = 1000, 150, 24
+	const w, h, pad = 1000, 150, 34
 	const left = 64 // room for the y-axis labels
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s over time" data-testid="series-%s">`,
