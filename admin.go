@@ -147,9 +147,13 @@ func userCommand(cmd string) bool {
 }
 
 // setPaused flips the global or a tenant's pause switch: no new lease and no
-// LEASED → ACTING from then on (actions in flight finish); audited.
+// LEASED → ACTING from then on (actions in flight finish); audited in the
+// console's audit log as the CLI user. The agents concerned get a configure
+// command carrying the pause; NOTIFY wakes the panel replica holding each
+// connected agent, so they stop starting actions within seconds.
 func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bool, stdout io.Writer) error {
 	st := claim.NewStore(pool, nil)
+	st.SetAgentNotifier(fleet.PauseNotifier{})
 	tenant, scope := "", "the whole fleet"
 	if o.tenant != "" {
 		t, err := st.TenantBySlug(ctx, o.tenant)
@@ -158,11 +162,11 @@ func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bo
 		}
 		tenant, scope = t.ID, "tenant "+t.Slug
 	}
-	if err := st.SetPaused(ctx, claim.DBAuditor{}, cliActor().Actor, tenant, pause); err != nil {
+	if err := st.SetPaused(ctx, cliActor(), tenant, pause); err != nil {
 		return err
 	}
 	if pause {
-		fmt.Fprintln(stdout, "paused:", scope, "(no new lease or action; actions in flight finish)")
+		fmt.Fprintln(stdout, "paused:", scope, "(no new lease or action; actions in flight finish; the agents were told)")
 	} else {
 		fmt.Fprintln(stdout, "resumed:", scope)
 	}

@@ -76,7 +76,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 	// One filter that wants every load.
 	e.eng, err = claim.NewEngine(claim.NewStore(d.App, nil), claim.Config{})
 	require.NoError(t, err)
-	_, err = e.eng.PutFilter(ctx, "e2e", e.tenant, claim.Filter{Name: "everything", Enabled: true})
+	_, err = e.eng.PutFilter(ctx, ops, e.tenant, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 
 	dir, err := os.MkdirTemp(testenv.Dir(t), "claims-e2e-")

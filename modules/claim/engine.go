@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -70,7 +71,6 @@ type Config struct {
 	Clock         clock.Clock
 	Log           *slog.Logger
 	Registerer    prometheus.Registerer
-	Auditor       Auditor
 }
 
 func (c *Config) defaults() {
@@ -100,9 +100,6 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Auditor == nil {
-		c.Auditor = DBAuditor{}
 	}
 }
 
@@ -507,29 +504,36 @@ func (e *Engine) AgentLost(ctx context.Context, tenant, agentID string) error {
 }
 
 // PutFilter saves a filter (audited) and applies it on this replica at once.
-func (e *Engine) PutFilter(ctx context.Context, actor, tenant string, f Filter) (int64, error) {
+func (e *Engine) PutFilter(ctx context.Context, by audit.Entry, tenant string, f Filter) (int64, error) {
 	defer e.forgetFilters(tenant)
-	return e.store.PutFilter(ctx, e.cfg.Auditor, actor, tenant, f)
+	return e.store.PutFilter(ctx, by, tenant, f)
 }
 
 // DeleteFilter removes a filter (audited).
-func (e *Engine) DeleteFilter(ctx context.Context, actor, tenant string, id int64) error {
+func (e *Engine) DeleteFilter(ctx context.Context, by audit.Entry, tenant string, id int64) error {
 	defer e.forgetFilters(tenant)
-	return e.store.DeleteFilter(ctx, e.cfg.Auditor, actor, tenant, id)
+	return e.store.DeleteFilter(ctx, by, tenant, id)
 }
 
 // Decide approves or rejects a job waiting for review (audited); an approved
 // job is offered again at once so the tenant's actors race for it.
-func (e *Engine) Decide(ctx context.Context, actor, tenant, key string, approve bool) error {
-	if err := e.store.Decide(ctx, e.cfg.Auditor, actor, tenant, key, approve); err != nil {
+func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string, approve bool) error {
+	if err := e.store.Decide(ctx, by, tenant, key, approve); err != nil {
 		return err
 	}
 	if !approve {
 		return nil
 	}
 	q, err := e.store.JobRecord(ctx, tenant, key)
-	if err != nil {
-		return err
+	if err == nil {
+		err = e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
 	}
-	return e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotOffered, err)
+	}
+	return nil
 }
+
+// ErrNotOffered: the approval stands (and is audited), but the job could not
+// be offered again now (its cell is failing, or no cell runs here).
+var ErrNotOffered = errors.New("claim: approved, but the job could not be offered again now")

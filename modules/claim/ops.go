@@ -87,34 +87,40 @@ func (s *Store) AgentLost(ctx context.Context, tenant, agent string) (LostResult
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE claims SET state = 'UNKNOWN', outcome = 'UNKNOWN',
 			outcome_detail = 'the agent lost its connection while acting'
-			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'ACTING' RETURNING target_job_key, token`, tenant, agent)
+			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'ACTING' RETURNING `+settledCols, tenant, agent)
 		if err != nil {
 			return err
 		}
-		type kt struct {
-			key   string
-			token int64
-		}
-		var moved []kt
-		var k kt
-		if _, err := pgx.ForEachRow(rows, []any{&k.key, &k.token}, func() error { moved = append(moved, k); return nil }); err != nil {
+		moved, err := collectSettled(rows)
+		if err != nil {
 			return err
 		}
 		for _, m := range moved {
-			if err := s.enqueueReconcile(ctx, tx, tenant, m.key, m.token); err != nil {
+			if err := s.enqueueReconcile(ctx, tx, tenant, m.Key, m.Token); err != nil {
 				return err
 			}
-			res.Unknown = append(res.Unknown, m.key)
+			if err := appendAudit(ctx, tx, actorGateway, "claim.unknown", m.Key, m.detail()); err != nil {
+				return err
+			}
+			res.Unknown = append(res.Unknown, m.Key)
 		}
 		rows, err = tx.Query(ctx, `UPDATE claims SET state = 'RELEASED', outcome = 'RELEASED',
 			outcome_detail = 'the agent lost its connection before acting', settled_at = clock_timestamp()
-			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'LEASED' RETURNING target_job_key`, tenant, agent)
+			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'LEASED' RETURNING `+settledCols, tenant, agent)
 		if err != nil {
 			return err
 		}
-		var key string
-		_, err = pgx.ForEachRow(rows, []any{&key}, func() error { res.Released = append(res.Released, key); return nil })
-		return err
+		freed, err := collectSettled(rows)
+		if err != nil {
+			return err
+		}
+		for _, m := range freed {
+			if err := appendAudit(ctx, tx, actorGateway, "claim.released", m.Key, m.detail()); err != nil {
+				return err
+			}
+			res.Released = append(res.Released, m.Key)
+		}
+		return nil
 	})
 	if err != nil {
 		return LostResult{}, fmt.Errorf("claim: agent lost: %w", err)
@@ -128,7 +134,6 @@ type Resolution struct {
 	// ConfirmedAt is the board's booking time (Confirm only).
 	ConfirmedAt time.Time
 	Evidence    any
-	Actor       string
 }
 
 // ErrTooEarly refuses a release before grace has passed since the action
@@ -139,7 +144,7 @@ var ErrTooEarly = errors.New("claim: grace has not passed since the action start
 // RELEASED, with the evidence audited in the same transaction. A release is
 // refused with ErrTooEarly before act_started_at + grace by the database
 // clock; a claim no longer UNKNOWN with that token is a *Refusal.
-func (s *Store) Resolve(ctx context.Context, a Auditor, tenant, key string, token int64, grace time.Duration, r Resolution) error {
+func (s *Store) Resolve(ctx context.Context, tenant, key string, token int64, grace time.Duration, r Resolution) error {
 	var n int64
 	var early bool
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
@@ -174,8 +179,7 @@ func (s *Store) Resolve(ctx context.Context, a Auditor, tenant, key string, toke
 			}
 			return nil
 		}
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: r.Actor, Action: action, Subject: key,
-			Detail: map[string]any{"token": token, "evidence": r.Evidence}})
+		return appendAudit(ctx, tx, actorReconciler, action, key, map[string]any{"token": token, "evidence": r.Evidence})
 	})
 	if err != nil {
 		return fmt.Errorf("claim: resolve %s: %w", key, err)
@@ -285,7 +289,7 @@ type Duplicate struct {
 
 // RecordDuplicate stores board evidence of a duplicate confirmation (the
 // highest count seen wins), audited when new or grown.
-func (s *Store) RecordDuplicate(ctx context.Context, a Auditor, tenant, key string, bookings []wire.Booking) (bool, error) {
+func (s *Store) RecordDuplicate(ctx context.Context, tenant, key string, bookings []wire.Booking) (bool, error) {
 	if len(bookings) < 2 {
 		return false, nil
 	}
@@ -299,8 +303,7 @@ func (s *Store) RecordDuplicate(ctx context.Context, a Auditor, tenant, key stri
 			return err
 		}
 		grown = true
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: "duplicate-sweep", Action: "claim.duplicate",
-			Subject: key, Detail: bookings})
+		return appendAudit(ctx, tx, actorDuplicates, "claim.duplicate", key, map[string]any{"bookings": bookings})
 	})
 	if err != nil {
 		return false, fmt.Errorf("claim: record duplicate: %w", err)

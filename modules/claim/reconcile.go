@@ -98,7 +98,7 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	ev := Evidence{LookupID: req.RequestID, Complete: true, Bookings: ours, GraceLeftMS: left.Milliseconds()}
 	if len(ours) >= 2 {
-		if _, err := e.store.RecordDuplicate(ctx, e.cfg.Auditor, a.Tenant, a.Key, ours); err != nil {
+		if _, err := e.store.RecordDuplicate(ctx, a.Tenant, a.Key, ours); err != nil {
 			return err
 		}
 	}
@@ -109,8 +109,8 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 				at = b.BookedAt
 			}
 		}
-		err := e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
-			Resolution{Confirm: true, ConfirmedAt: at, Evidence: ev, Actor: "reconciler"})
+		err := e.store.Resolve(ctx, a.Tenant, a.Key, a.Token, e.cfg.Grace,
+			Resolution{Confirm: true, ConfirmedAt: at, Evidence: ev})
 		return w.settled(a, err, "confirmed")
 	}
 	if left > 0 {
@@ -119,8 +119,8 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		e.m.reconciled.WithLabelValues("too_early").Inc()
 		return river.JobSnooze(left + 50*time.Millisecond)
 	}
-	err = e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
-		Resolution{Evidence: ev, Actor: "reconciler"})
+	err = e.store.Resolve(ctx, a.Tenant, a.Key, a.Token, e.cfg.Grace,
+		Resolution{Evidence: ev})
 	if err == nil {
 		// Leasable again at once, on this replica too.
 		e.forgetFlight(a.Tenant+"\x00"+a.Key, nil)
@@ -264,7 +264,7 @@ func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant s
 	}
 	for key, bs := range byKey {
 		if len(bs) >= 2 {
-			if _, err := e.store.RecordDuplicate(ctx, e.cfg.Auditor, tenant, key, bs); err != nil {
+			if _, err := e.store.RecordDuplicate(ctx, tenant, key, bs); err != nil {
 				return err
 			}
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/cell"
-	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/panel"
 	"github.com/fleetwright/fleetwright/modules/tenant"
@@ -60,17 +59,11 @@ func (s *seeder) cellB(ctx context.Context, redisURL string) error {
 			return s.p.Cells.Reload(ctx)
 		}
 	}
-	if err := cell.PutCell(ctx, s.p.DB, cell.Def{Name: CellB, RedisURL: redisURL}); err != nil {
+	// Audited on the system chain; the engine reloads the cells.
+	if err := s.p.Claims.PutCell(ctx, s.by, cell.Def{Name: CellB, RedisURL: redisURL}); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	err = pgx.BeginFunc(ctx, s.p.DB, func(tx pgx.Tx) error {
-		return claim.DBAuditor{}.Audit(ctx, tx, claim.AuditEntry{Actor: actor, Action: "cell.put", Subject: CellB,
-			Detail: map[string]string{"redis_url": cell.RedactURL(redisURL)}})
-	})
-	if err != nil {
-		return fmt.Errorf("demo: audit cell: %w", err)
-	}
-	return s.p.Cells.Reload(ctx)
+	return nil
 }
 
 // tenant finds or creates a tenant, routes it to its cell and gives it its
@@ -89,17 +82,7 @@ func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 		s.log.Info("demo: tenant created", "tenant", t.Slug)
 	}
 	if ct.Cell != t.Cell {
-		if err := cell.RouteTenant(ctx, s.p.DB, ct.ID, t.Cell); err != nil {
-			return "", fmt.Errorf("demo: %w", err)
-		}
-		err := pgx.BeginFunc(ctx, s.p.DB, func(tx pgx.Tx) error {
-			return claim.DBAuditor{}.Audit(ctx, tx, claim.AuditEntry{Actor: actor, Action: "cell.route", Subject: ct.ID,
-				Detail: map[string]string{"cell": t.Cell}})
-		})
-		if err != nil {
-			return "", fmt.Errorf("demo: audit route: %w", err)
-		}
-		if err := s.p.Cells.Reload(ctx); err != nil {
+		if err := s.p.Claims.RouteTenant(ctx, s.by, ct.ID, t.Cell); err != nil {
 			return "", fmt.Errorf("demo: %w", err)
 		}
 	}
@@ -112,7 +95,7 @@ func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 			return ct.ID, nil
 		}
 	}
-	if _, err := s.p.Claims.PutFilter(ctx, actor, ct.ID, t.Filter); err != nil {
+	if _, err := s.p.Claims.PutFilter(ctx, s.by, ct.ID, t.Filter); err != nil {
 		return "", fmt.Errorf("demo: filter of %s: %w", t.Slug, err)
 	}
 	return ct.ID, nil

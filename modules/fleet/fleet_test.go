@@ -24,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
 	"github.com/fleetwright/fleetwright/views"
@@ -310,4 +311,40 @@ func TestNeedsPersonIsShownWithItsScreenshot(t *testing.T) {
 	f, err = b.store.List(ctx, b.tenant)
 	require.NoError(t, err)
 	require.Empty(t, f.NeedsPerson)
+}
+
+// TestClaimPauseReachesConnectedAgents: a pause switch (the tenant's, then
+// the fleet's) reaches a connected agent within seconds through the NOTIFY
+// route — the gateway never polls here — and a resume never lifts the pause
+// an operator put on that one agent.
+func TestClaimPauseReachesConnectedAgents(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	_, url := b.replica(t, "a")
+	id, token := b.agent(t, "acct-p")
+	runAgent(t, url, token)
+	require.Eventually(t, func() bool { r := b.read(t, id); return r.Connected && len(r.State.Workers) == 1 },
+		15*time.Second, 50*time.Millisecond)
+	require.False(t, b.read(t, id).State.Paused)
+
+	claims := claim.NewStore(b.db.App, nil)
+	claims.SetAgentNotifier(fleet.PauseNotifier{})
+	paused := func(want bool) {
+		t.Helper()
+		require.Eventually(t, func() bool { return b.read(t, id).State.Paused == want }, 10*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 5*time.Second, 50*time.Millisecond, "acknowledged")
+	}
+	require.NoError(t, claims.SetPaused(ctx, ops, b.tenant, true))
+	paused(true)
+	require.NoError(t, claims.SetPaused(ctx, ops, b.tenant, false))
+	paused(false)
+	require.NoError(t, claims.SetPaused(ctx, ops, "", true))
+	paused(true)
+	_, err := b.store.Enqueue(ctx, b.tenant, id, fleet.CmdPause, fleet.CommandBody{Reason: "one agent"}, ops)
+	require.NoError(t, err)
+	require.NoError(t, claims.SetPaused(ctx, ops, "", false))
+	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 10*time.Second, 50*time.Millisecond)
+	// The agent reports its state every 200 ms: a lifted pause would show.
+	require.Never(t, func() bool { return !b.read(t, id).State.Paused }, time.Second, 50*time.Millisecond,
+		"the operator's pause of this agent stands")
 }
