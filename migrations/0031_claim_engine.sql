@@ -71,6 +71,7 @@ CREATE TABLE claim_jobs (
     PRIMARY KEY (tenant_id, job_key)
 );
 CREATE INDEX claim_jobs_expiry ON claim_jobs (expires_at);
+CREATE INDEX claim_jobs_queued ON claim_jobs (tenant_id, queued_at);
 
 -- claim_region('Dallas, TX') = 'tx': the part after the last comma.
 CREATE FUNCTION claim_region(s text) RETURNS text

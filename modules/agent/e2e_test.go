@@ -212,12 +212,15 @@ func TestKilledMidActionIsReconciledToMatchTheBoard(t *testing.T) {
 	}, time.Minute, 20*time.Millisecond, "an actor is acting on the load")
 	victim := e.agents[c.Holder.Agent]
 	require.NotNil(t, victim, "holder %s", c.Holder.Agent)
+	// Kill it only once its booking request is open on the board (held).
+	require.Eventually(t, func() bool { return e.board.Stats().BookingRequests >= 1 }, 30*time.Second, 5*time.Millisecond,
+		"the booking request reached the board")
 	victim.Signal(syscall.SIGKILL)
 	victim.Wait(10 * time.Second)
 
 	require.Eventually(t, func() bool {
 		c, err = e.eng.Store().Get(ctx, e.tenant, key)
-		return err == nil && c.State.Final()
+		return err == nil && (c.State.Final() || c.State == claim.Released)
 	}, 90*time.Second, 100*time.Millisecond, "the reconciler settles the claim")
 	require.Equal(t, claim.Confirmed, c.State, "the board committed the held booking: %s %s", c.Outcome, c.Detail)
 	var path []string

@@ -59,6 +59,11 @@ type Config struct {
 	// Backoff is the reconciler's retry delay after attempt n (1-based).
 	// Default: 1s doubling to 1 minute.
 	Backoff func(attempt int) time.Duration
+	// ReofferAfter and ReofferWindow: a queued job nobody holds (its offer
+	// was lost, every actor was busy, or it was released) is offered again
+	// by the leader's sweep once it is ReofferAfter old, for as long as it is
+	// younger than ReofferWindow and not expired on the board.
+	ReofferAfter, ReofferWindow time.Duration
 	// SweepEvery, DuplicateSweepEvery: periods of the leader's sweeps
 	// (defaults 2s and 5m). DuplicateWindow: how far back the duplicate
 	// sweep looks (default 24h). ArchiveMargin: settled claims are archived
@@ -85,6 +90,8 @@ func (c *Config) defaults() {
 	def(&c.ClockErrorBound, 2*time.Second)
 	def(&c.FilterCacheTTL, 2*time.Second)
 	def(&c.SweepEvery, 2*time.Second)
+	def(&c.ReofferAfter, 2*time.Second)
+	def(&c.ReofferWindow, 2*time.Minute)
 	def(&c.DuplicateSweepEvery, 5*time.Minute)
 	def(&c.DuplicateWindow, 24*time.Hour)
 	def(&c.ArchiveMargin, 10*time.Minute)

@@ -355,3 +355,47 @@ func (s *Store) Recent(ctx context.Context, tenant string, window time.Duration,
 	}
 	return out, nil
 }
+
+// Unleased lists the tenant's queued jobs that nobody holds: never leased, or
+// RELEASED (NOT_SENT, an expired lease, a reconciled release), queued between
+// window and olderThan ago and not expired on the board — the jobs worth
+// offering again.
+func (s *Store) Unleased(ctx context.Context, tenant string, olderThan, window time.Duration, limit int) ([]QueuedJob, error) {
+	var out []QueuedJob
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT j.cell, j.job_key, j.origin, j.destination, j.equipment, j.weight_lbs, j.miles, j.rate_cents,
+			       j.published_at, j.expires_at, j.seen_at, j.queued_at
+			FROM claim_jobs j
+			LEFT JOIN claims c ON c.tenant_id = j.tenant_id AND c.target_job_key = j.job_key
+			WHERE (c.tenant_id IS NULL OR c.state = 'RELEASED')
+			  AND j.queued_at < clock_timestamp() - make_interval(secs => $1)
+			  AND j.queued_at > clock_timestamp() - make_interval(secs => $2)
+			  AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
+			ORDER BY j.queued_at LIMIT $3`, olderThan.Seconds(), window.Seconds(), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			q := QueuedJob{Tenant: tenant}
+			var published, expires *time.Time
+			if err := rows.Scan(&q.Cell, &q.Job.Key, &q.Job.Origin, &q.Job.Destination, &q.Job.Equipment, &q.Job.WeightLbs,
+				&q.Job.Miles, &q.Job.RateCents, &published, &expires, &q.SeenAt, &q.QueuedAt); err != nil {
+				return err
+			}
+			if published != nil {
+				q.Job.PublishedAt = *published
+			}
+			if expires != nil {
+				q.Job.ExpiresAt = *expires
+			}
+			out = append(out, q)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: unleased jobs: %w", err)
+	}
+	return out, nil
+}

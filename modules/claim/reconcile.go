@@ -173,6 +173,26 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 	return w.e.SweepAll(ctx)
 }
 
+// reoffer offers again the tenant's queued jobs that nobody holds. An offer
+// is fire-and-forget (pub/sub, and an agent whose actors are all busy lets
+// it go): without this a job whose offers all went unanswered would never be
+// claimed, since the cell's dedupe drops its later sightings. A re-offer can
+// only cost a refused lease, never a duplicate.
+func (e *Engine) reoffer(ctx context.Context, tenant string) error {
+	jobs, err := e.store.Unleased(ctx, tenant, e.cfg.ReofferAfter, e.cfg.ReofferWindow, 500)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if err := e.publish(ctx, j.Cell, tenant, j.Job, j.SeenAt, j.QueuedAt); err != nil {
+			// A failing cell: its tenants wait for it to come back.
+			return nil
+		}
+		e.m.dispatched.WithLabelValues("reoffered").Inc()
+	}
+	return nil
+}
+
 // SweepAll runs one sweep over every tenant.
 func (e *Engine) SweepAll(ctx context.Context) error {
 	tenants, err := e.store.Tenants(ctx)
@@ -187,6 +207,9 @@ func (e *Engine) SweepAll(ctx context.Context) error {
 		}
 		if err == nil {
 			_, err = e.store.Archive(ctx, t.ID, e.cfg.ArchiveMargin)
+		}
+		if err == nil && !t.Paused {
+			err = e.reoffer(ctx, t.ID)
 		}
 		if err != nil {
 			e.log.Warn("sweep failed for a tenant", "tenant", t.Slug, "err", err)
