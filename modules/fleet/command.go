@@ -158,6 +158,16 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 	case CmdPause:
 		return wire.Pause{CommandID: c.ID, Reason: c.Body.Reason}, nil
 	case CmdResume:
+		// Lifting this agent's own pause must not lift its tenant's or the
+		// fleet's: while either holds, the agent gets its configuration
+		// with the pause that still applies.
+		cfg, _, err := s.Welcome(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Paused {
+			return wire.Configure{CommandID: c.ID, Config: cfg}, nil
+		}
 		return wire.Resume{CommandID: c.ID}, nil
 	case CmdRestartWorker:
 		return wire.RestartWorker{CommandID: c.ID, Worker: c.Body.Worker}, nil

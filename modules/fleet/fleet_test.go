@@ -348,3 +348,26 @@ func TestClaimPauseReachesConnectedAgents(t *testing.T) {
 	require.Never(t, func() bool { return !b.read(t, id).State.Paused }, time.Second, 50*time.Millisecond,
 		"the operator's pause of this agent stands")
 }
+
+// Resuming one agent never lifts its tenant's pause: the agent is told the
+// pause that still applies.
+func TestResumeKeepsTheTenantsPause(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	_, url := b.replica(t, "a")
+	id, token := b.agent(t, "acct-r")
+	runAgent(t, url, token)
+	require.Eventually(t, func() bool { r := b.read(t, id); return r.Connected && len(r.State.Workers) == 1 },
+		15*time.Second, 50*time.Millisecond)
+	_, err := b.store.Enqueue(ctx, b.tenant, id, fleet.CmdPause, fleet.CommandBody{}, ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.read(t, id).State.Paused }, 10*time.Second, 50*time.Millisecond)
+	_, err = b.db.Owner.Exec(ctx, `UPDATE tenants SET paused = true WHERE id = $1`, b.tenant)
+	require.NoError(t, err)
+	_, err = b.store.Enqueue(ctx, b.tenant, id, fleet.CmdResume, fleet.CommandBody{}, ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 10*time.Second, 50*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a state report after the command
+	require.True(t, b.read(t, id).State.Paused, "the tenant is still paused")
+	require.False(t, b.read(t, id).Paused, "the agent's own pause is lifted")
+}
