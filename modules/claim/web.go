@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
@@ -68,13 +68,6 @@ func Mount(r chi.Router, d WebDeps) {
 		auth.NavItem{Section: "Administration", Label: "Cells", Href: "/admin/cells", Perm: auth.CellsManage, Order: 820},
 		auth.NavItem{Section: "Administration", Label: "Settings", Href: "/admin/settings", Perm: auth.SettingsManage, Order: 830},
 	)
-}
-
-func render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = c.Render(r.Context(), w)
 }
 
 // by names the signed-in operator for the audit log.
@@ -160,7 +153,7 @@ func (w *web) claimsPage(rw http.ResponseWriter, r *http.Request) {
 		w.fail(rw, r, "claims", err)
 		return
 	}
-	render(rw, r, http.StatusOK, claimsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claims"), m))
+	views.Render(rw, r, http.StatusOK, claimsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claims"), m))
 }
 
 func (w *web) claimsRows(rw http.ResponseWriter, r *http.Request) {
@@ -169,7 +162,7 @@ func (w *web) claimsRows(rw http.ResponseWriter, r *http.Request) {
 		w.fail(rw, r, "claim rows", err)
 		return
 	}
-	render(rw, r, http.StatusOK, claimsRows(m))
+	views.Render(rw, r, http.StatusOK, claimsRows(m))
 }
 
 type latencyModel struct {
@@ -211,7 +204,7 @@ func (w *web) latencyPage(rw http.ResponseWriter, r *http.Request) {
 		m.Hists = append(m.Hists, HistogramSVG(s, claims))
 	}
 	m.Series = SeriesSVG(StageDetectAction, claims)
-	render(rw, r, http.StatusOK, latencyPage(w.Shell.Page(rw, r, m.Name+" · Latency"), m))
+	views.Render(rw, r, http.StatusOK, latencyPage(w.Shell.Page(rw, r, m.Name+" · Latency"), m))
 }
 
 func (w *web) latencyCSV(rw http.ResponseWriter, r *http.Request) {
@@ -308,7 +301,7 @@ func (w *web) settingsPage(rw http.ResponseWriter, r *http.Request) {
 		w.fail(rw, r, "claim settings", err)
 		return
 	}
-	render(rw, r, http.StatusOK, settingsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claim settings"), m))
+	views.Render(rw, r, http.StatusOK, settingsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claim settings"), m))
 }
 
 // refuse shows the settings page again with 422, the message next to the
@@ -323,7 +316,7 @@ func (w *web) refuse(rw http.ResponseWriter, r *http.Request, form string, msg s
 	if edit != nil {
 		edit(&m)
 	}
-	render(rw, r, http.StatusUnprocessableEntity, settingsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claim settings"), m))
+	views.Render(rw, r, http.StatusUnprocessableEntity, settingsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claim settings"), m))
 }
 
 func (w *web) pauseTenant(rw http.ResponseWriter, r *http.Request) {
@@ -571,7 +564,7 @@ func (w *web) cellsPage(rw http.ResponseWriter, r *http.Request) {
 		w.fail(rw, r, "cells", err)
 		return
 	}
-	render(rw, r, http.StatusOK, cellsPage(w.Shell.Page(rw, r, "Cells"), m))
+	views.Render(rw, r, http.StatusOK, cellsPage(w.Shell.Page(rw, r, "Cells"), m))
 }
 
 func (w *web) cellRefused(rw http.ResponseWriter, r *http.Request, form, msg, name string) {
@@ -581,7 +574,7 @@ func (w *web) cellRefused(rw http.ResponseWriter, r *http.Request, form, msg, na
 		return
 	}
 	m.Errors[form], m.Name = msg, name
-	render(rw, r, http.StatusUnprocessableEntity, cellsPage(w.Shell.Page(rw, r, "Cells"), m))
+	views.Render(rw, r, http.StatusUnprocessableEntity, cellsPage(w.Shell.Page(rw, r, "Cells"), m))
 }
 
 func (w *web) putCell(rw http.ResponseWriter, r *http.Request) {
@@ -650,7 +643,7 @@ func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
 		w.fail(rw, r, "settings", err)
 		return
 	}
-	render(rw, r, http.StatusOK, adminPage(w.Shell.Page(rw, r, "Settings"), m))
+	views.Render(rw, r, http.StatusOK, adminPage(w.Shell.Page(rw, r, "Settings"), m))
 }
 
 func (w *web) pauseFleet(rw http.ResponseWriter, r *http.Request) {
