@@ -33,9 +33,9 @@ deps:
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
-## run: install what is missing, build and start the panel on its embedded Postgres and Redis.
+## run: install what is missing, build and start the demo (docs/DEMO.md): panel, board, tenants and agents.
 run: deps build
-	./$(BIN) --role=panel --listen=$(LISTEN) --data-dir=$(DATA_DIR)
+	./$(BIN) --role=demo --listen=$(LISTEN) --data-dir=$(DATA_DIR)
 
 ## test: vet, the generated-code and format checks, then every test under -race.
 test: deps vet fmt-check check-generated build

@@ -22,17 +22,18 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 )
 
 // subcommands of the two-word commands (admin …, audit …).
 var subcommands = map[string][]string{
-	"admin": {"create-user", "reset-mfa", "disable-user", "pause", "resume"},
+	"admin": {"create-user", "reset-mfa", "disable-user", "pause", "resume", "issue-agent-token"},
 	"audit": {"verify"},
 }
 
 type adminOptions struct {
 	dataDir, databaseURL, databaseAppURL, logFormat, logLevel string
-	email, role, tenant                                       string
+	email, role, tenant, agent                                string
 	passwordStdin                                             bool
 }
 
@@ -48,6 +49,10 @@ func adminFlags(o *adminOptions, cmd string) *config.Set {
 	}
 	if cmd == "admin pause" || cmd == "admin resume" {
 		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "tenant slug (empty: the whole fleet)")
+	}
+	if cmd == "admin issue-agent-token" {
+		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the agent's tenant (slug)")
+		s.String(&o.agent, "agent", "", "", "the agent's name, as on the fleet page")
 	}
 	if cmd == "admin create-user" {
 		s.Enum(&o.role, "role", "", "operator", []string{"admin", "operator", "viewer"}, "the new user's role")
@@ -87,6 +92,9 @@ func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Wr
 	if err == nil && len(rest) > 0 {
 		err = fmt.Errorf("unexpected argument %q", rest[0])
 	}
+	if err == nil && full == "admin issue-agent-token" && (o.tenant == "" || o.agent == "") {
+		err = errors.New("--tenant and --agent are required")
+	}
 	if err == nil && userCommand(full) && strings.TrimSpace(o.email) == "" {
 		err = errors.New("--email is required")
 	}
@@ -125,6 +133,8 @@ func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Wr
 			return verifyAudit(ctx, pool, o, stdout)
 		case "admin pause", "admin resume":
 			return setPaused(ctx, pool, o, full == "admin pause", stdout)
+		case "admin issue-agent-token":
+			return issueAgentToken(ctx, pool, o, stdout)
 		}
 		return nil
 	})
@@ -137,9 +147,13 @@ func userCommand(cmd string) bool {
 }
 
 // setPaused flips the global or a tenant's pause switch: no new lease and no
-// LEASED → ACTING from then on (actions in flight finish); audited.
+// LEASED → ACTING from then on (actions in flight finish); audited in the
+// console's audit log as the CLI user. The agents concerned get a configure
+// command carrying the pause; NOTIFY wakes the panel replica holding each
+// connected agent, so they stop starting actions within seconds.
 func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bool, stdout io.Writer) error {
 	st := claim.NewStore(pool, nil)
+	st.SetAgentNotifier(fleet.PauseNotifier{})
 	tenant, scope := "", "the whole fleet"
 	if o.tenant != "" {
 		t, err := st.TenantBySlug(ctx, o.tenant)
@@ -148,14 +162,34 @@ func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bo
 		}
 		tenant, scope = t.ID, "tenant "+t.Slug
 	}
-	if err := st.SetPaused(ctx, claim.DBAuditor{}, cliActor().Actor, tenant, pause); err != nil {
+	if err := st.SetPaused(ctx, cliActor(), tenant, pause); err != nil {
 		return err
 	}
 	if pause {
-		fmt.Fprintln(stdout, "paused:", scope, "(no new lease or action; actions in flight finish)")
+		fmt.Fprintln(stdout, "paused:", scope, "(no new lease or action; actions in flight finish; the agents were told)")
 	} else {
 		fmt.Fprintln(stdout, "resumed:", scope)
 	}
+	return nil
+}
+
+// issueAgentToken gives an agent a new token and prints it once; the old
+// token stops working at once. Only its SHA-256 is stored.
+func issueAgentToken(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout io.Writer) error {
+	t, err := claim.NewStore(pool, nil).TenantBySlug(ctx, o.tenant)
+	if err != nil {
+		return err
+	}
+	st := fleet.NewStore(pool, nil)
+	id, err := st.AgentByName(ctx, t.ID, o.agent)
+	if err != nil {
+		return err
+	}
+	token, err := st.RotateToken(ctx, t.ID, id, cliActor())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "agent token (shown once; write it to the agent's --token-file with mode 0600):\n%s\n", token)
 	return nil
 }
 

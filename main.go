@@ -21,6 +21,7 @@ import (
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/demo"
 	"github.com/fleetwright/fleetwright/modules/panel"
 )
 
@@ -28,7 +29,7 @@ import (
 var version = "dev"
 
 // roles are the long-running roles this build has.
-var roles = []string{"panel", "agent", "board"}
+var roles = []string{"panel", "agent", "board", "demo"}
 
 // commands are the one-shot subcommands.
 var commands = []struct{ name, help string }{
@@ -39,6 +40,7 @@ var commands = []struct{ name, help string }{
 	{"admin disable-user", "disable a user and end their sessions (--email)"},
 	{"admin pause", "pause claiming: no new lease, no new action (the whole fleet, or --tenant SLUG); audited"},
 	{"admin resume", "resume claiming (the whole fleet, or --tenant SLUG); audited"},
+	{"admin issue-agent-token", "give an agent a new token, printed once (--tenant SLUG --agent NAME); the old one stops working"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
@@ -49,19 +51,21 @@ type options struct {
 	panel                                      panel.Config
 	board                                      board.Config
 	agent                                      agent.Config
+	demo                                       demo.Config
 }
 
 func flags(o *options) *config.Set {
 	s := config.New("fleetwright")
 	s.Enum(&o.role, "role", "FLEET_ROLE", "panel", roles, "which role this process runs")
-	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (the board's default is 127.0.0.1:8090)", config.Roles("panel", "board"))
-	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "board", "migrate"))
+	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (the board's default is 127.0.0.1:8090; the demo's console)", config.Roles("panel", "board", "demo"))
+	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "board", "demo", "migrate"))
 	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
 	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "lowest level logged")
 	o.panel.Register(s)
 	o.board = board.Defaults()
 	o.board.Register(s)
 	o.agent.Register(s)
+	o.demo.Register(s)
 	return s
 }
 
@@ -143,6 +147,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			o.board.Listen = "127.0.0.1:8090"
 		}
 		return exit(stderr, board.Run(ctx, o.board, log))
+	case "demo":
+		o.demo.Listen, o.demo.DataDir, o.demo.Version = o.listen, o.dataDir, version
+		o.demo.Panel, o.demo.Out = o.panel, stdout
+		return exit(stderr, demo.Run(ctx, o.demo, log))
 	}
 	return 2
 }
@@ -224,6 +232,7 @@ Roles:
   panel    the control plane: console, agent gateway, claim engine, durable jobs, metrics
   agent    runs beside one platform account: holds its session, runs its workers, obeys the panel
   board    the sandbox load board: a realistic platform to rehearse, demo and load-test against
+  demo     everything on one machine: panel, board, three tenants and ten agent processes (make run)
 
 Commands:
 `, version)

@@ -1,7 +1,8 @@
 -- The claim engine around the claims table: cells and tenant routing, the
 -- tenant's filters and the panel's record of each queued job (the facts the
 -- filters are checked against again when a lease is granted), daily caps and
--- review, board evidence of duplicates, the archive, and an interim audit log.
+-- review, board evidence of duplicates and the archive. Claim changes are
+-- audited in the console's hash-chained audit_log (0011), not here.
 
 -- Cells: a Redis, its watchers and its worker pool. An empty redis_url means
 -- the panel's own Redis (FLEET_REDIS_URL, or the embedded one).
@@ -70,6 +71,7 @@ CREATE TABLE claim_jobs (
     PRIMARY KEY (tenant_id, job_key)
 );
 CREATE INDEX claim_jobs_expiry ON claim_jobs (expires_at);
+CREATE INDEX claim_jobs_queued ON claim_jobs (tenant_id, queued_at);
 
 -- claim_region('Dallas, TX') = 'tx': the part after the last comma.
 CREATE FUNCTION claim_region(s text) RETURNS text
@@ -117,21 +119,6 @@ CREATE TABLE claims_archive (LIKE claims INCLUDING DEFAULTS);
 ALTER TABLE claims_archive ADD COLUMN archived_at timestamptz NOT NULL DEFAULT now(),
     ADD PRIMARY KEY (tenant_id, target_job_key, token);
 
--- Audit of the claim engine's mutations (settings, filters, cells, reviews,
--- reconciliation evidence). Append-only for the application role. tenant_id
--- is NULL for fleet-wide actions (the global pause, cells).
-CREATE TABLE claim_audit (
-    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id uuid,
-    actor     text NOT NULL,
-    action    text NOT NULL,
-    subject   text NOT NULL DEFAULT '',
-    detail    jsonb NOT NULL DEFAULT '{}',
-    at        timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX claim_audit_tenant ON claim_audit (tenant_id, id);
-REVOKE UPDATE, DELETE, TRUNCATE ON claim_audit FROM ${app_role};
-
 ALTER TABLE claim_filters ENABLE ROW LEVEL SECURITY;
 ALTER TABLE claim_filters FORCE ROW LEVEL SECURITY;
 CREATE POLICY claim_filters_tenant ON claim_filters USING (tenant_id = app_tenant()) WITH CHECK (tenant_id = app_tenant());
@@ -147,9 +134,3 @@ CREATE POLICY claim_duplicates_tenant ON claim_duplicates USING (tenant_id = app
 ALTER TABLE claims_archive ENABLE ROW LEVEL SECURITY;
 ALTER TABLE claims_archive FORCE ROW LEVEL SECURITY;
 CREATE POLICY claims_archive_tenant ON claims_archive USING (tenant_id = app_tenant()) WITH CHECK (tenant_id = app_tenant());
--- A tenant's audit rows are visible in its scope; fleet-wide rows (NULL
--- tenant) are visible to every scope and writable outside any.
-ALTER TABLE claim_audit ENABLE ROW LEVEL SECURITY;
-ALTER TABLE claim_audit FORCE ROW LEVEL SECURITY;
-CREATE POLICY claim_audit_tenant ON claim_audit USING (tenant_id IS NULL OR tenant_id = app_tenant())
-    WITH CHECK (tenant_id IS NULL OR tenant_id = app_tenant());

@@ -27,3 +27,24 @@ type Page struct {
 	// Actions is rendered on the right of the top bar (e.g. sign out).
 	SignOutURL string
 }
+
+// Tab is one of the tabs above a page's content.
+type Tab struct {
+	Label  string
+	Href   string
+	Active bool
+}
+
+// TenantTabs are the pages of one tenant (overview, fleet, claims, latency,
+// claim settings) with the one at active marked; every tenant page shows
+// them, so a tenant's pages are reached from each other rather than from
+// the sidebar.
+func TenantTabs(slug, active string) []Tab {
+	base := "/t/" + slug
+	tabs := []Tab{{Label: "Overview", Href: base}, {Label: "Fleet", Href: base + "/fleet"}, {Label: "Claims", Href: base + "/claims"},
+		{Label: "Latency", Href: base + "/claims/latency"}, {Label: "Claim settings", Href: base + "/claims/settings"}}
+	for i := range tabs {
+		tabs[i].Active = tabs[i].Href == active
+	}
+	return tabs
+}

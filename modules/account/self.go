@@ -2,6 +2,7 @@ package account
 
 import (
 	"errors"
+	"github.com/fleetwright/fleetwright/views"
 	"net/http"
 	"time"
 
@@ -56,7 +57,7 @@ func (s *Service) renderAccount(w http.ResponseWriter, r *http.Request, status i
 		s.fail(w, r, err)
 		return
 	}
-	render(w, r, status, accountPage(s.d.Shell.Page(w, r, "Account & sessions"), m))
+	views.Render(w, r, status, accountPage(s.d.Shell.Page(w, r, "Account & sessions"), m))
 }
 
 func actor(r *http.Request) audit.Entry {

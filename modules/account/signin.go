@@ -3,6 +3,7 @@ package account
 import (
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/views"
 	"math"
 	"net/http"
 	"strings"
@@ -31,7 +32,7 @@ func (s *Service) signInForm(w http.ResponseWriter, r *http.Request) {
 			m.Error = "Sign-in needs HTTPS. Open the console through its https:// address."
 		}
 	}
-	render(w, r, http.StatusOK, signInPage(m))
+	views.Render(w, r, http.StatusOK, signInPage(m))
 }
 
 // attempt audits one step of a sign-in on the system chain and logs it.
@@ -87,7 +88,7 @@ func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
 	m := signInModel{Email: email, Next: next}
 	if secure, dev := transport(r); !secure && !dev {
 		m.Error = "Sign-in needs HTTPS. Open the console through its https:// address."
-		render(w, r, http.StatusBadRequest, signInPage(m))
+		views.Render(w, r, http.StatusBadRequest, signInPage(m))
 		return
 	}
 	ip := clientIP(r)
@@ -101,7 +102,7 @@ func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
 		s.attempt(r, "signin.throttled", "", email, map[string]any{"retry_after_s": int(wait.Seconds())})
 		m.Error = "Too many failed attempts. Try again in " + waitText(wait) + "."
 		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
-		render(w, r, http.StatusTooManyRequests, signInPage(m))
+		views.Render(w, r, http.StatusTooManyRequests, signInPage(m))
 		return
 	}
 	var id, hash, role string
@@ -129,7 +130,7 @@ func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
 		}
 		s.attempt(r, "signin.failed", id, email, map[string]any{"reason": reason, "step": "password"})
 		m.Error = "The email or password is not right."
-		render(w, r, http.StatusUnauthorized, signInPage(m))
+		views.Render(w, r, http.StatusUnauthorized, signInPage(m))
 		return
 	}
 	_ = clearFailures(r.Context(), s.d.DB, acctKey)
@@ -184,7 +185,7 @@ func (s *Service) mfaForm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	render(w, r, http.StatusOK, mfaPage(m))
+	views.Render(w, r, http.StatusOK, mfaPage(m))
 }
 
 // mfaModel prepares the TOTP step: the code form, or, for a user without a
@@ -246,7 +247,7 @@ func (s *Service) mfaSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m.Error = msg
-		render(w, r, status, mfaPage(m))
+		views.Render(w, r, status, mfaPage(m))
 	}
 	wait, err := s.throttled(r, map[string]Throttle{mfaKey: accountThrottle, addrKey: addressThrottle})
 	if err != nil {

@@ -248,3 +248,25 @@ func SetGrants(ctx context.Context, pool *pgxpool.Pool, userID string, tenantIDs
 	}
 	return nil
 }
+
+// ResetPassword sets a new password without the current one (an
+// administrator's reset, or the demo's fresh one-time sign-in), enables the
+// user again and is audited; the caller shows the password once.
+func ResetPassword(ctx context.Context, pool *pgxpool.Pool, userID, password string, by audit.Entry) error {
+	h, err := hashPassword(password)
+	if err != nil {
+		return err
+	}
+	return audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
+		var email string
+		if err := tx.QueryRow(ctx, `UPDATE users SET password_hash = $2, disabled_at = NULL, updated_at = now()
+			WHERE id::text = $1 RETURNING email`, userID, h).Scan(&email); err != nil {
+			return fmt.Errorf("account: reset password: %w", err)
+		}
+		by.Action, by.Target = "user.password_reset", email
+		if by.Detail == nil {
+			by.Detail = map[string]any{"user_id": userID}
+		}
+		return audit.Append(ctx, tx, by)
+	})
+}

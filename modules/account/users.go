@@ -2,6 +2,7 @@ package account
 
 import (
 	"errors"
+	"github.com/fleetwright/fleetwright/views"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -49,7 +50,7 @@ func (s *Service) renderUsers(w http.ResponseWriter, r *http.Request, status int
 		return
 	}
 	m.Tenants = auth.UserFrom(r.Context()).Tenants
-	render(w, r, status, usersPage(s.d.Shell.Page(w, r, "Users"), m))
+	views.Render(w, r, status, usersPage(s.d.Shell.Page(w, r, "Users"), m))
 }
 
 func (s *Service) createUser(w http.ResponseWriter, r *http.Request) {

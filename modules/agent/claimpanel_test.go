@@ -25,6 +25,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 	"github.com/fleetwright/fleetwright/modules/claim"
@@ -82,7 +83,7 @@ func newClaimPanel(t *testing.T, boardURL string, creds wire.Credentials, worker
 		detected: make(chan wire.Sighting, 1000), outcomes: make(chan wire.Outcome, 100),
 		events: make(chan wire.Event, 100), lookups: make(chan wire.LookupResult, 10)}
 	// The tenant wants every job (a tenant without filters wants nothing).
-	_, err = p.claims.PutFilter(ctx, claim.DBAuditor{}, "test", tenant, claim.Filter{Name: "everything", Enabled: true})
+	_, err = p.claims.PutFilter(ctx, audit.Entry{Actor: "test"}, tenant, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 	p.welcome = wire.Welcome{AgentID: p.agentID, InstallationID: "inst-test",
 		Config:      wire.Config{Account: wire.Account{Key: "acme-1", Region: "us-central", BoardURL: boardURL}, Workers: workers},

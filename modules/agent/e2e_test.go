@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/audit"
@@ -22,15 +25,20 @@ import (
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
-// TestFleetClaimsTwoHundredLoadsExactlyOnce is issue 7's end-to-end test: the
-// panel binary, a sandbox board, and six agent processes of one tenant (one
-// browser watcher, two browser actors, three HTTP actors) on loopback. The
-// board publishes 200 loads that all match; its oracle must show no duplicate
-// confirmation, at least 95 % of the loads confirmed, each miss explained,
-// and every confirmed claim carries all six stage timestamps.
-func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+// e2e is a panel binary, a sandbox board and agent processes of one tenant.
+type e2e struct {
+	ctx    context.Context
+	d      *testenv.Database
+	board  *board.Server
+	store  *fleet.Store
+	eng    *claim.Engine
+	tenant string
+	agents map[string]*testenv.Proc // agent id → its process
+}
+
+// startFleet starts the board, one agent per worker kind, the panel and the
+// agents, and waits until every worker runs.
+func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*board.Config)) *e2e {
 	d := testenv.DB(t)
 	key := make([]byte, vault.KeySize)
 	for i := range key {
@@ -40,38 +48,37 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 	require.NoError(t, err)
 	ops := audit.Entry{Actor: "e2e"}
 
-	// The board, with six accounts of one client.
 	bcfg := board.Defaults()
 	bcfg.Listen, bcfg.Rate, bcfg.AdminToken, bcfg.IdempotencyKeys = "127.0.0.1:0", 0, "e2e-admin-token-0123456789", true
 	bcfg.LoadTTL = 10 * time.Minute
+	if mod != nil {
+		mod(&bcfg)
+	}
 	brd, err := board.Start(ctx, bcfg, testenv.Logger(t))
 	require.NoError(t, err)
-	defer brd.Close()
+	t.Cleanup(func() { brd.Close() })
 
-	var tenant string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&tenant))
-	st := fleet.NewStore(d.App, v)
-	kinds := []string{"watcher", "actor", "actor", "http_actor", "http_actor", "http_actor"}
-	var tokens []string
+	e := &e2e{ctx: ctx, d: d, board: brd, store: fleet.NewStore(d.App, v), agents: map[string]*testenv.Proc{}}
+	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&e.tenant))
+	tokens := map[string]string{}
 	for i, kind := range kinds {
 		user := fmt.Sprintf("acme-%d", i+1)
 		acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: user, Password: "pw-" + user + "-Zq9", Client: "acme"})
 		require.NoError(t, err)
-		id, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: user, BoardURL: brd.URL(), Username: user,
+		id, err := e.store.CreateAccount(ctx, e.tenant, fleet.AccountInput{Key: user, BoardURL: brd.URL(), Username: user,
 			Password: "pw-" + user + "-Zq9", TOTPSecret: acct.TOTPSecret,
 			Workers: []wire.WorkerSpec{{Name: kind + "-1", Kind: kind}}}, ops)
 		require.NoError(t, err)
-		_, tok, err := st.CreateAgent(ctx, tenant, id, "agent-"+user, ops)
+		agentID, tok, err := e.store.CreateAgent(ctx, e.tenant, id, "agent-"+user, ops)
 		require.NoError(t, err)
-		tokens = append(tokens, tok)
+		tokens[agentID] = tok
 	}
 	// One filter that wants every load.
-	eng, err := claim.NewEngine(claim.NewStore(d.App, nil), claim.Config{})
+	e.eng, err = claim.NewEngine(claim.NewStore(d.App, nil), claim.Config{})
 	require.NoError(t, err)
-	_, err = eng.PutFilter(ctx, "e2e", tenant, claim.Filter{Name: "everything", Enabled: true})
+	_, err = e.eng.PutFilter(ctx, ops, e.tenant, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 
-	// The panel on the same database.
 	dir, err := os.MkdirTemp(testenv.Dir(t), "claims-e2e-")
 	require.NoError(t, err)
 	bin := testenv.Binary(t)
@@ -79,17 +86,15 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(t),
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
-
-	for i, tok := range tokens {
-		state := filepath.Join(dir, fmt.Sprintf("agent-%d", i+1))
+	for agentID, tok := range tokens {
+		state := filepath.Join(dir, "agent-"+agentID)
 		require.NoError(t, os.MkdirAll(state, 0o700))
 		f := filepath.Join(state, "token")
 		require.NoError(t, os.WriteFile(f, []byte(tok), 0o600))
-		testenv.Start(t, bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + f, "--state-dir=" + state})
+		e.agents[agentID] = testenv.Start(t, bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + f, "--state-dir=" + state})
 	}
-	// Every worker running before the board starts publishing.
 	require.Eventually(t, func() bool {
-		fl, err := st.List(ctx, tenant)
+		fl, err := e.store.List(ctx, e.tenant)
 		if err != nil {
 			return false
 		}
@@ -102,7 +107,22 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 			}
 		}
 		return running == len(kinds)
-	}, 2*time.Minute, 250*time.Millisecond, "six workers running")
+	}, 2*time.Minute, 250*time.Millisecond, "every worker running")
+	return e
+}
+
+// TestFleetClaimsTwoHundredLoadsExactlyOnce is issue 7's end-to-end test: the
+// panel binary, a sandbox board, and six agent processes of one tenant (one
+// browser watcher, two browser actors, three HTTP actors) on loopback. The
+// board publishes 200 loads that all match; its oracle must show no duplicate
+// confirmation, at least 95 % of the loads confirmed, each miss explained,
+// and every confirmed claim carries all six stage timestamps.
+func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kinds := []string{"watcher", "actor", "actor", "http_actor", "http_actor", "http_actor"}
+	e := startFleet(t, ctx, kinds, nil)
+	brd, eng, tenant, d := e.board, e.eng, e.tenant, e.d
 
 	// 200 loads, ten a second.
 	var keys []string
@@ -167,4 +187,53 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 	require.NoError(t, d.Owner.QueryRow(ctx, `SELECT count(*) FROM claims WHERE state = 'CONFIRMED' AND (published_at IS NULL
 		OR seen_at IS NULL OR queued_at IS NULL OR leased_at IS NULL OR act_sent_at IS NULL OR confirmed_at IS NULL)`).Scan(&missingStage))
 	require.Zero(t, missingStage, "every confirmed claim has all six timestamps")
+}
+
+// TestKilledMidActionIsReconciledToMatchTheBoard: with the board holding
+// booking requests open, the agent acting is SIGKILLed while its request is
+// in flight. The panel sees the connection drop and makes the claim UNKNOWN;
+// the reconciler asks the other actor's agent to look the client's bookings
+// up; the held request committed on the board, so the claim ends CONFIRMED —
+// matching the board, with one booking.
+func TestKilledMidActionIsReconciledToMatchTheBoard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := startFleet(t, ctx, []string{"watcher", "http_actor", "http_actor"}, func(c *board.Config) {
+		c.Chaos.Hold = board.Duration(4 * time.Second)
+	})
+	loads, err := e.board.Publish(ctx, 1, nil)
+	require.NoError(t, err)
+	key := loads[0].ID
+
+	var c claim.Claim
+	require.Eventually(t, func() bool {
+		c, err = e.eng.Store().Get(ctx, e.tenant, key)
+		return err == nil && c.State == claim.Acting
+	}, time.Minute, 20*time.Millisecond, "an actor is acting on the load")
+	victim := e.agents[c.Holder.Agent]
+	require.NotNil(t, victim, "holder %s", c.Holder.Agent)
+	// Kill it only once its booking request is open on the board (held).
+	require.Eventually(t, func() bool { return e.board.Stats().BookingRequests >= 1 }, 30*time.Second, 5*time.Millisecond,
+		"the booking request reached the board")
+	victim.Signal(syscall.SIGKILL)
+	victim.Wait(10 * time.Second)
+
+	require.Eventually(t, func() bool {
+		c, err = e.eng.Store().Get(ctx, e.tenant, key)
+		return err == nil && (c.State.Final() || c.State == claim.Released)
+	}, 90*time.Second, 100*time.Millisecond, "the reconciler settles the claim")
+	require.Equal(t, claim.Confirmed, c.State, "the board committed the held booking: %s %s", c.Outcome, c.Detail)
+	var path []string
+	require.NoError(t, db.InTenant(ctx, e.d.App, e.tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT to_state FROM claim_transitions WHERE target_job_key = $1 ORDER BY id`, key)
+		if err != nil {
+			return err
+		}
+		path, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN", "CONFIRMED"}, path, "settled by the reconciler, not by the dead agent")
+	require.Contains(t, c.Detail, "reconciled")
+	require.Len(t, e.board.Bookings("acme"), 1, "one booking on the board")
+	require.Zero(t, e.board.Stats().DuplicateConfirmations)
 }

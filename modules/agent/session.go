@@ -210,6 +210,10 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.RestartWorker:
 		if err := s.a.sup.Restart(workersCtx, m.Worker); err != nil {
 			res = wire.CommandResult{CommandID: id, Error: err.Error()}
+		} else {
+			// Closes the "needs a person" request on the fleet page.
+			s.a.event(wire.Event{Level: wire.LevelInfo, Kind: "worker_restarted", Worker: m.Worker,
+				Message: "restarted by a person from the console", At: s.a.cfg.Clock.Now()})
 		}
 	case wire.RotateCredentials:
 		if err := s.a.store.SaveCredentials(ctx, m.Credentials, s.a.cfg.Clock.Now()); err != nil {

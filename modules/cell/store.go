@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -22,10 +21,18 @@ type Def struct {
 	UpdatedAt time.Time
 }
 
+// Querier runs statements: a pool, or a transaction when the change is
+// audited together with it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // ListCells reads every cell.
-func ListCells(ctx context.Context, q *pgxpool.Pool) ([]Def, error) {
+func ListCells(ctx context.Context, q Querier) ([]Def, error) {
 	rows, err := q.Query(ctx, `SELECT name, redis_url, updated_at FROM cells ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("cell: list: %w", err)
@@ -42,7 +49,7 @@ func ListCells(ctx context.Context, q *pgxpool.Pool) ([]Def, error) {
 }
 
 // Routes maps every tenant id to its cell.
-func Routes(ctx context.Context, q *pgxpool.Pool) (map[string]string, error) {
+func Routes(ctx context.Context, q Querier) (map[string]string, error) {
 	rows, err := q.Query(ctx, `SELECT id::text, cell FROM tenants`)
 	if err != nil {
 		return nil, fmt.Errorf("cell: routes: %w", err)
@@ -57,7 +64,7 @@ func Routes(ctx context.Context, q *pgxpool.Pool) (map[string]string, error) {
 }
 
 // TenantCell names one tenant's cell.
-func TenantCell(ctx context.Context, q *pgxpool.Pool, tenant string) (string, error) {
+func TenantCell(ctx context.Context, q Querier, tenant string) (string, error) {
 	var name string
 	err := q.QueryRow(ctx, `SELECT cell FROM tenants WHERE id = $1`, tenant).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -84,7 +91,7 @@ func CheckDef(d Def) error {
 }
 
 // PutCell creates a cell or changes its Redis URL.
-func PutCell(ctx context.Context, q *pgxpool.Pool, d Def) error {
+func PutCell(ctx context.Context, q Querier, d Def) error {
 	if err := CheckDef(d); err != nil {
 		return err
 	}
@@ -100,7 +107,7 @@ func PutCell(ctx context.Context, q *pgxpool.Pool, d Def) error {
 var ErrInUse = errors.New("cell: tenants are routed to this cell; move them first")
 
 // DeleteCell removes a cell no tenant uses.
-func DeleteCell(ctx context.Context, q *pgxpool.Pool, name string) error {
+func DeleteCell(ctx context.Context, q Querier, name string) error {
 	if name == DefaultCell {
 		return errors.New("cell: the default cell cannot be deleted")
 	}
@@ -117,7 +124,7 @@ func DeleteCell(ctx context.Context, q *pgxpool.Pool, name string) error {
 
 // RouteTenant moves a tenant to a cell. Its claims in Postgres are untouched;
 // its sightings go to the new cell from the next reload.
-func RouteTenant(ctx context.Context, q *pgxpool.Pool, tenant, name string) error {
+func RouteTenant(ctx context.Context, q Querier, tenant, name string) error {
 	tag, err := q.Exec(ctx, `UPDATE tenants SET cell = $2 WHERE id = $1`, tenant, name)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23503" {

@@ -7,75 +7,104 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 )
 
-// AuditEntry is one audited mutation or piece of claim evidence.
-type AuditEntry struct {
-	// Tenant is empty for fleet-wide actions (the global pause, cells).
-	Tenant  string
-	Actor   string // "operator:<name>", "cli:<user>", "reconciler", "sweeper"
-	Action  string // e.g. claim.pause, claim.reconcile.confirm
-	Subject string
-	Detail  any // JSON-encoded; never a secret
+// The claim engine records its changes in the console's hash-chained audit
+// log (modules/audit): audit.Append inside the transaction that makes the
+// change, in the tenant's chain (db.InTenant) or the system's
+// (audit.InSystem) for fleet-wide changes. What is audited where is in
+// docs/CLAIMS.md ("Audit").
+
+// System actors: the parts of the panel that change claims on their own.
+var (
+	actorSweeper    = audit.Entry{Actor: "sweeper"}
+	actorReconciler = audit.Entry{Actor: "reconciler"}
+	actorEngine     = audit.Entry{Actor: "claim-engine"}
+	actorDuplicates = audit.Entry{Actor: "duplicate-sweep"}
+	actorGateway    = audit.Entry{Actor: "gateway"}
+)
+
+// agentActor names an authenticated agent's worker. It has no user id: the
+// actor_id column is for console users.
+func agentActor(h Holder) audit.Entry {
+	return audit.Entry{Actor: "agent:" + h.Agent + "/" + h.Worker}
 }
 
-// Auditor writes audit entries inside the caller's transaction, so a change
-// and its record commit together. The console's audit log implements it once
-// merged; DBAuditor is the claim engine's own minimal log until then.
-type Auditor interface {
-	Audit(ctx context.Context, tx pgx.Tx, e AuditEntry) error
-}
-
-// DBAuditor appends to the claim_audit table (append-only for the
-// application role: UPDATE and DELETE are revoked).
-type DBAuditor struct{}
-
-// Audit implements Auditor.
-func (DBAuditor) Audit(ctx context.Context, tx pgx.Tx, e AuditEntry) error {
-	detail := []byte("{}")
-	if e.Detail != nil {
-		b, err := json.Marshal(e.Detail)
-		if err != nil {
-			return fmt.Errorf("claim: audit detail: %w", err)
-		}
-		detail = b
-	}
-	var tenant any
-	if e.Tenant != "" {
-		tenant = e.Tenant
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO claim_audit (tenant_id, actor, action, subject, detail) VALUES ($1, $2, $3, $4, $5)`,
-		tenant, e.Actor, e.Action, e.Subject, detail)
+// appendAudit fills the action, target and detail of by and appends it.
+func appendAudit(ctx context.Context, tx pgx.Tx, by audit.Entry, action, target string, detail any) error {
+	by.Action, by.Target = action, target
+	d, err := asDetail(detail)
 	if err != nil {
-		return fmt.Errorf("claim: audit: %w", err)
+		return err
 	}
-	return nil
+	by.Detail = d
+	return audit.Append(ctx, tx, by)
 }
 
-// AuditRecord is a stored audit entry.
+// asDetail turns a struct or map into the audit entry's JSON detail.
+func asDetail(v any) (map[string]any, error) {
+	switch d := v.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return d, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("claim: audit detail: %w", err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		// Not an object (a list): keep it under one key.
+		return map[string]any{"value": json.RawMessage(b)}, nil
+	}
+	return out, nil
+}
+
+// AuditRecord is an entry of the audit log as the claim pages show it.
 type AuditRecord struct {
-	ID      int64
-	Tenant  string
-	Actor   string
-	Action  string
-	Subject string
-	Detail  string
-	At      time.Time
+	ID     int64
+	Actor  string
+	Action string
+	Target string
+	Detail string
+	At     time.Time
 }
 
-// AuditLog reads the latest entries visible in the tenant's scope (its own
-// and the fleet-wide ones), newest first.
+// perClaim are the actions recorded once per claim (outcomes, sweeps): the
+// claims page shows those claims; the settings pages show the rest.
+const perClaim = `('claim.outcome', 'claim.unknown', 'claim.released')`
+
+// SettingsLog reads the latest changes of settings, reviews, reconciliation
+// and duplicates in one chain, newest first: the audit minus the per-claim
+// entries.
+func (s *Store) SettingsLog(ctx context.Context, tenant string, limit int) ([]AuditRecord, error) {
+	return s.auditLog(ctx, tenant, "", true, limit)
+}
+
+// AuditLog reads the latest claim and cell entries of one chain — a tenant's,
+// or the system's when tenant is audit.System — newest first, optionally one
+// action only.
 func (s *Store) AuditLog(ctx context.Context, tenant, action string, limit int) ([]AuditRecord, error) {
+	return s.auditLog(ctx, tenant, action, false, limit)
+}
+
+func (s *Store) auditLog(ctx context.Context, tenant, action string, settingsOnly bool, limit int) ([]AuditRecord, error) {
 	var out []AuditRecord
-	err := dbInTenant(ctx, s, tenant, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, COALESCE(tenant_id::text, ''), actor, action, subject, detail::text, at
-			FROM claim_audit WHERE ($1 = '' OR action = $1) ORDER BY id DESC LIMIT $2`, action, limit)
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, actor, action, target, detail::text, at FROM audit_log
+			WHERE (action LIKE 'claim.%' OR action LIKE 'cell.%' OR action = 'fleet.agents.configure')
+			  AND ($1 = '' OR action = $1) AND NOT ($3 AND action IN `+perClaim+`)
+			ORDER BY id DESC LIMIT $2`, action, limit, settingsOnly)
 		if err != nil {
 			return err
 		}
 		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditRecord, error) {
 			var a AuditRecord
-			err := r.Scan(&a.ID, &a.Tenant, &a.Actor, &a.Action, &a.Subject, &a.Detail, &a.At)
+			err := r.Scan(&a.ID, &a.Actor, &a.Action, &a.Target, &a.Detail, &a.At)
 			return a, err
 		})
 		return err

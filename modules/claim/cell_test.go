@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -154,7 +155,7 @@ func TestFiltersDecideOfferAndLease(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	tenant := b.newTenantBare(t, "picky")
-	_, err := b.engine.PutFilter(ctx, "test", tenant, claim.Filter{Name: "reefers from TX", Enabled: true,
+	_, err := b.engine.PutFilter(ctx, testActor, tenant, claim.Filter{Name: "reefers from TX", Enabled: true,
 		Origins: []string{"TX"}, Equipment: []string{"Reefer"}, MinRatePerMileCents: 250})
 	require.NoError(t, err)
 	got := &offers{got: map[string][]wire.Offer{}}
@@ -192,7 +193,7 @@ func TestCapAndReview(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	one, cents := 1, int64(300000)
-	require.NoError(t, b.store.SetLimits(ctx, claim.DBAuditor{}, "test", b.tenant, claim.Limits{DailyBookingCap: &one}))
+	require.NoError(t, b.store.SetLimits(ctx, testActor, b.tenant, claim.Limits{DailyBookingCap: &one}))
 	h := claim.Holder{Agent: uuid(), Worker: "a"}
 	b.job(t, b.tenant, "C1")
 	b.job(t, b.tenant, "C2")
@@ -201,7 +202,7 @@ func TestCapAndReview(t *testing.T) {
 	l2 := b.engine.Lease(ctx, b.tenant, h, wire.LeaseRequest{RequestID: "2", Worker: "a", Key: "C2"})
 	require.Equal(t, wire.ReasonCapReached, l2.Reason)
 	require.True(t, b.engine.Act(ctx, b.tenant, h, wire.ActRequest{RequestID: "a", Worker: "a", Key: "C1", Token: l1.Token}).OK)
-	require.NoError(t, b.store.SetLimits(ctx, claim.DBAuditor{}, "test", b.tenant, claim.Limits{ReviewAboveCents: &cents}))
+	require.NoError(t, b.store.SetLimits(ctx, testActor, b.tenant, claim.Limits{ReviewAboveCents: &cents}))
 
 	b.job(t, b.tenant, "BIG", func(j *wire.Job) { j.RateCents = 500000 })
 	lr := b.engine.Lease(ctx, b.tenant, h, wire.LeaseRequest{RequestID: "3", Worker: "a", Key: "BIG"})
@@ -210,11 +211,11 @@ func TestCapAndReview(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rv, 1)
 	require.Equal(t, "PENDING", rv[0].State)
-	require.NoError(t, b.store.Decide(ctx, claim.DBAuditor{}, "operator:ann", b.tenant, "BIG", true))
+	require.NoError(t, b.store.Decide(ctx, audit.Entry{Actor: "ann@fleet.test"}, b.tenant, "BIG", true))
 	lr = b.engine.Lease(ctx, b.tenant, h, wire.LeaseRequest{RequestID: "4", Worker: "a", Key: "BIG"})
 	require.True(t, lr.Granted, lr.Reason)
 	log, err := b.store.AuditLog(ctx, b.tenant, "claim.review.approve", 5)
 	require.NoError(t, err)
 	require.Len(t, log, 1)
-	require.Equal(t, "operator:ann", log[0].Actor)
+	require.Equal(t, "ann@fleet.test", log[0].Actor)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -58,6 +59,11 @@ type Config struct {
 	// Backoff is the reconciler's retry delay after attempt n (1-based).
 	// Default: 1s doubling to 1 minute.
 	Backoff func(attempt int) time.Duration
+	// ReofferAfter and ReofferWindow: a queued job nobody holds (its offer
+	// was lost, every actor was busy, or it was released) is offered again
+	// by the leader's sweep once it is ReofferAfter old, for as long as it is
+	// younger than ReofferWindow and not expired on the board.
+	ReofferAfter, ReofferWindow time.Duration
 	// SweepEvery, DuplicateSweepEvery: periods of the leader's sweeps
 	// (defaults 2s and 5m). DuplicateWindow: how far back the duplicate
 	// sweep looks (default 24h). ArchiveMargin: settled claims are archived
@@ -70,7 +76,6 @@ type Config struct {
 	Clock         clock.Clock
 	Log           *slog.Logger
 	Registerer    prometheus.Registerer
-	Auditor       Auditor
 }
 
 func (c *Config) defaults() {
@@ -85,6 +90,8 @@ func (c *Config) defaults() {
 	def(&c.ClockErrorBound, 2*time.Second)
 	def(&c.FilterCacheTTL, 2*time.Second)
 	def(&c.SweepEvery, 2*time.Second)
+	def(&c.ReofferAfter, 2*time.Second)
+	def(&c.ReofferWindow, 2*time.Minute)
 	def(&c.DuplicateSweepEvery, 5*time.Minute)
 	def(&c.DuplicateWindow, 24*time.Hour)
 	def(&c.ArchiveMargin, 10*time.Minute)
@@ -100,9 +107,6 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Auditor == nil {
-		c.Auditor = DBAuditor{}
 	}
 }
 
@@ -522,29 +526,36 @@ func (e *Engine) AgentLost(ctx context.Context, tenant, agentID string) error {
 }
 
 // PutFilter saves a filter (audited) and applies it on this replica at once.
-func (e *Engine) PutFilter(ctx context.Context, actor, tenant string, f Filter) (int64, error) {
+func (e *Engine) PutFilter(ctx context.Context, by audit.Entry, tenant string, f Filter) (int64, error) {
 	defer e.forgetFilters(tenant)
-	return e.store.PutFilter(ctx, e.cfg.Auditor, actor, tenant, f)
+	return e.store.PutFilter(ctx, by, tenant, f)
 }
 
 // DeleteFilter removes a filter (audited).
-func (e *Engine) DeleteFilter(ctx context.Context, actor, tenant string, id int64) error {
+func (e *Engine) DeleteFilter(ctx context.Context, by audit.Entry, tenant string, id int64) error {
 	defer e.forgetFilters(tenant)
-	return e.store.DeleteFilter(ctx, e.cfg.Auditor, actor, tenant, id)
+	return e.store.DeleteFilter(ctx, by, tenant, id)
 }
 
 // Decide approves or rejects a job waiting for review (audited); an approved
 // job is offered again at once so the tenant's actors race for it.
-func (e *Engine) Decide(ctx context.Context, actor, tenant, key string, approve bool) error {
-	if err := e.store.Decide(ctx, e.cfg.Auditor, actor, tenant, key, approve); err != nil {
+func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string, approve bool) error {
+	if err := e.store.Decide(ctx, by, tenant, key, approve); err != nil {
 		return err
 	}
 	if !approve {
 		return nil
 	}
 	q, err := e.store.JobRecord(ctx, tenant, key)
-	if err != nil {
-		return err
+	if err == nil {
+		err = e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
 	}
-	return e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotOffered, err)
+	}
+	return nil
 }
+
+// ErrNotOffered: the approval stands (and is audited), but the job could not
+// be offered again now (its cell is failing, or no cell runs here).
+var ErrNotOffered = errors.New("claim: approved, but the job could not be offered again now")

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -21,19 +22,20 @@ import (
 // (claim_filter_matches in migrations/0031_claim_engine.sql) when a lease is
 // granted; a test checks the two agree.
 type Filter struct {
-	ID      int64
-	Name    string
-	Enabled bool
+	ID      int64  `json:"id"`
+	Name    string `json:"name"`
+	Enabled bool   `json:"enabled"`
 	// Origins and Destinations match a whole place ("dallas, tx") or its
 	// region, the part after the last comma ("tx"); case-insensitive.
-	Origins      []string
-	Destinations []string
-	Equipment    []string
+	Origins      []string `json:"origins"`
+	Destinations []string `json:"destinations"`
+	Equipment    []string `json:"equipment"`
 	// MinRatePerMileCents: the job's rate ÷ miles must reach it (0: any).
-	MinRatePerMileCents int
-	MaxWeightLbs        *int
-	MinMiles, MaxMiles  *int
-	UpdatedAt           time.Time
+	MinRatePerMileCents int       `json:"min_rate_per_mile_cents"`
+	MaxWeightLbs        *int      `json:"max_weight_lbs"`
+	MinMiles            *int      `json:"min_miles"`
+	MaxMiles            *int      `json:"max_miles"`
+	UpdatedAt           time.Time `json:"-"`
 }
 
 func region(s string) string {
@@ -101,19 +103,19 @@ func normList(in []string) []string {
 func (f *Filter) Normalize() error {
 	f.Name = strings.TrimSpace(f.Name)
 	if f.Name == "" || len(f.Name) > 100 {
-		return errors.New("claim: a filter needs a name (up to 100 characters)")
+		return Invalid("a filter needs a name (up to 100 characters)")
 	}
 	f.Origins, f.Destinations, f.Equipment = normList(f.Origins), normList(f.Destinations), normList(f.Equipment)
 	for _, p := range []*int{f.MaxWeightLbs, f.MinMiles, f.MaxMiles} {
 		if p != nil && *p < 0 {
-			return errors.New("claim: filter limits cannot be negative")
+			return Invalid("filter limits cannot be negative")
 		}
 	}
 	if f.MinRatePerMileCents < 0 {
-		return errors.New("claim: the minimum rate per mile cannot be negative")
+		return Invalid("the minimum rate per mile cannot be negative")
 	}
 	if f.MinMiles != nil && f.MaxMiles != nil && *f.MinMiles > *f.MaxMiles {
-		return errors.New("claim: minimum miles is above maximum miles")
+		return Invalid("minimum miles is above maximum miles")
 	}
 	return nil
 }
@@ -145,8 +147,9 @@ func (s *Store) Filters(ctx context.Context, tenant string) ([]Filter, error) {
 	return out, nil
 }
 
-// PutFilter creates (ID 0) or replaces a filter, audited.
-func (s *Store) PutFilter(ctx context.Context, a Auditor, actor, tenant string, f Filter) (int64, error) {
+// PutFilter creates (ID 0) or replaces a filter, audited in the tenant's
+// chain. Bad input is an Invalid error and changes nothing.
+func (s *Store) PutFilter(ctx context.Context, by audit.Entry, tenant string, f Filter) (int64, error) {
 	if err := f.Normalize(); err != nil {
 		return 0, err
 	}
@@ -167,34 +170,41 @@ func (s *Store) PutFilter(ctx context.Context, a Auditor, actor, tenant string, 
 				tenant, f.ID, f.Name, f.Enabled, f.Origins, f.Destinations, f.Equipment, f.MinRatePerMileCents,
 				f.MaxWeightLbs, f.MinMiles, f.MaxMiles)
 			if err == nil && tag.RowsAffected() == 0 {
-				err = fmt.Errorf("no filter %d", f.ID)
+				err = Invalid(fmt.Sprintf("there is no filter %d", f.ID))
 			}
 		}
 		if err != nil {
 			return err
 		}
 		f.ID = id
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: actor, Action: "claim.filter.put",
-			Subject: fmt.Sprint(id), Detail: f})
+		return appendAudit(ctx, tx, by, "claim.filter.put", "filter "+fmt.Sprint(id), f)
 	})
+	var inv Invalid
+	if errors.As(err, &inv) {
+		return 0, inv
+	}
 	if err != nil {
 		return 0, fmt.Errorf("claim: put filter: %w", err)
 	}
 	return id, nil
 }
 
-// DeleteFilter removes a filter, audited.
-func (s *Store) DeleteFilter(ctx context.Context, a Auditor, actor, tenant string, id int64) error {
+// DeleteFilter removes a filter, audited in the tenant's chain.
+func (s *Store) DeleteFilter(ctx context.Context, by audit.Entry, tenant string, id int64) error {
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM claim_filters WHERE tenant_id = $1 AND id = $2`, tenant, id)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("no filter %d", id)
+			return Invalid(fmt.Sprintf("there is no filter %d", id))
 		}
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: actor, Action: "claim.filter.delete", Subject: fmt.Sprint(id)})
+		return appendAudit(ctx, tx, by, "claim.filter.delete", "filter "+fmt.Sprint(id), nil)
 	})
+	var inv Invalid
+	if errors.As(err, &inv) {
+		return inv
+	}
 	if err != nil {
 		return fmt.Errorf("claim: delete filter: %w", err)
 	}

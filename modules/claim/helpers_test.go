@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -58,7 +59,7 @@ func (b *bundle) newTenant(t testing.TB, slug string) string {
 	var id string
 	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
 		`INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id))
-	_, err := b.engine.PutFilter(context.Background(), "test", id, claim.Filter{Name: "everything", Enabled: true})
+	_, err := b.engine.PutFilter(context.Background(), testActor, id, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 	return id
 }
@@ -114,3 +115,6 @@ func actReq(key string, token int64) wire.ActRequest {
 func testenv_logger(t *testing.T) *slog.Logger {
 	return logging.AtLeast(testenv.Logger(t), slog.LevelWarn)
 }
+
+// testActor is the audit actor of changes the tests make.
+var testActor = audit.Entry{Actor: "test"}

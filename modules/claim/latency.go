@@ -170,14 +170,15 @@ func HistogramSVG(stage string, claims []Claim) string {
 		peak = max(peak, c)
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s histogram" data-testid="hist-%s">`,
-		w, h+pad*2, w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
-	fmt.Fprintf(&sb, `<text x="4" y="14" font-size="12">%s (n=%d)</text>`, html.EscapeString(stage), total)
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s histogram" data-testid="hist-%s">`,
+		w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
+	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s <tspan font-weight="400">· n = %d · ms</tspan></text>`, html.EscapeString(stageLabel(stage)), total)
+	fmt.Fprintf(&sb, `<line class="axis" x1="4" x2="%d" y1="%d" y2="%d" stroke="#dde3ea"/>`, w-4, pad+h, pad+h)
 	bw := float64(w-8) / float64(len(counts))
 	for i, c := range counts {
 		bh := float64(h-10) * float64(c) / float64(peak)
 		x := 4 + float64(i)*bw
-		fmt.Fprintf(&sb, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#4a7bd0"><title>≤%s ms: %d</title></rect>`,
+		fmt.Fprintf(&sb, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f" rx="1.5" fill="#4f7fbf"><title>≤%s ms: %d</title></rect>`,
 			x, float64(pad+h)-bh, bw-2, bh, boundLabel(histBounds[i]), c)
 		fmt.Fprintf(&sb, `<text x="%.1f" y="%d" font-size="8" text-anchor="middle">%s</text>`, x+bw/2, pad+h+12, boundLabel(histBounds[i]))
 	}
@@ -215,11 +216,12 @@ func SeriesSVG(stage string, claims []Claim) string {
 		b.ds = append(b.ds, d)
 	}
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].at.Before(buckets[j].at) })
-	const w, h, pad = 620, 160, 24
+	const w, h, pad = 1000, 150, 34
+	const left = 64 // room for the y-axis labels
 	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s over time" data-testid="series-%s">`,
-		w, h+pad*2, w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
-	fmt.Fprintf(&sb, `<text x="4" y="14" font-size="12">%s per minute: p50 (blue), p95 (red)</text>`, html.EscapeString(stage))
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s over time" data-testid="series-%s">`,
+		w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
+	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s per minute <tspan font-weight="400">· p50 (blue), p95 (red)</tspan></text>`, html.EscapeString(stageLabel(stage)))
 	if len(buckets) == 0 {
 		sb.WriteString(`<text x="4" y="40" font-size="12">no data in the window</text></svg>`)
 		return sb.String()
@@ -232,26 +234,56 @@ func SeriesSVG(stage string, claims []Claim) string {
 		p50, p95 = append(p50, a), append(p95, c)
 		peak = max(peak, c)
 	}
-	point := func(i int, d time.Duration) string {
-		x := float64(pad)
+	xy := func(i int, d time.Duration) (float64, float64) {
+		x := float64(left+w-pad) / 2
 		if len(buckets) > 1 {
-			x += float64(i) * float64(w-2*pad) / float64(len(buckets)-1)
+			x = float64(left) + float64(i)*float64(w-pad-left)/float64(len(buckets)-1)
 		}
-		y := float64(pad+h) - float64(h)*float64(d)/float64(peak)
-		return fmt.Sprintf("%.1f,%.1f", x, y)
+		return x, float64(pad+h) - float64(h)*float64(d)/float64(peak)
+	}
+	// Grid lines at 0, half the peak and the peak, labelled.
+	for _, f := range []float64{0, .5, 1} {
+		y := float64(pad+h) - float64(h)*f
+		fmt.Fprintf(&sb, `<line class="axis" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#dde3ea"/>`, left, w-pad, y, y)
+		fmt.Fprintf(&sb, `<text x="%d" y="%.1f" font-size="10" text-anchor="end">%s</text>`, left-6, y+3,
+			time.Duration(float64(peak)*f).Round(time.Millisecond))
 	}
 	for _, line := range []struct {
 		ds    []time.Duration
-		color string
-	}{{p50, "#4a7bd0"}, {p95, "#d04a4a"}} {
+		class string
+	}{{p50, "p50"}, {p95, "p95"}} {
 		pts := make([]string, len(line.ds))
+		stroke := map[string]string{"p50": "#1f5fa8", "p95": "#c0392b"}[line.class]
 		for i, d := range line.ds {
-			pts[i] = point(i, d)
+			x, y := xy(i, d)
+			pts[i] = fmt.Sprintf("%.1f,%.1f", x, y)
+			fmt.Fprintf(&sb, `<circle class="%s" cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s %s: %s</title></circle>`,
+				line.class, x, y, stroke, buckets[i].at.UTC().Format("15:04"), line.class, d.Round(100*time.Microsecond))
 		}
-		fmt.Fprintf(&sb, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, line.color, strings.Join(pts, " "))
+		fmt.Fprintf(&sb, `<polyline class="%s" fill="none" stroke="%s" stroke-width="2" points="%s"/>`, line.class, stroke, strings.Join(pts, " "))
 	}
-	fmt.Fprintf(&sb, `<text x="4" y="%d" font-size="10">peak %s · %s → %s</text>`, pad+h+16, peak.Round(time.Millisecond),
-		buckets[0].at.UTC().Format("15:04"), buckets[len(buckets)-1].at.UTC().Format("15:04"))
+	fmt.Fprintf(&sb, `<text x="%d" y="%d" font-size="10">%s UTC</text>`, left, pad+h+16, buckets[0].at.UTC().Format("15:04"))
+	fmt.Fprintf(&sb, `<text x="%d" y="%d" font-size="10" text-anchor="end">%s UTC · %d minute(s)</text>`, w-pad, pad+h+16,
+		buckets[len(buckets)-1].at.UTC().Format("15:04"), len(buckets))
 	sb.WriteString(`</svg>`)
 	return sb.String()
+}
+
+// stageLabel names a stage for people.
+func stageLabel(stage string) string {
+	switch stage {
+	case StagePublishSeen:
+		return "publish → detect"
+	case StageSeenQueued:
+		return "detect → queued"
+	case StageQueuedLeased:
+		return "queued → leased"
+	case StageLeasedActSent:
+		return "leased → act sent"
+	case StageActSentConfirm:
+		return "act sent → confirmed"
+	case StageDetectAction:
+		return "detect → action"
+	}
+	return stage
 }

@@ -87,34 +87,40 @@ func (s *Store) AgentLost(ctx context.Context, tenant, agent string) (LostResult
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE claims SET state = 'UNKNOWN', outcome = 'UNKNOWN',
 			outcome_detail = 'the agent lost its connection while acting'
-			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'ACTING' RETURNING target_job_key, token`, tenant, agent)
+			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'ACTING' RETURNING `+settledCols, tenant, agent)
 		if err != nil {
 			return err
 		}
-		type kt struct {
-			key   string
-			token int64
-		}
-		var moved []kt
-		var k kt
-		if _, err := pgx.ForEachRow(rows, []any{&k.key, &k.token}, func() error { moved = append(moved, k); return nil }); err != nil {
+		moved, err := collectSettled(rows)
+		if err != nil {
 			return err
 		}
 		for _, m := range moved {
-			if err := s.enqueueReconcile(ctx, tx, tenant, m.key, m.token); err != nil {
+			if err := s.enqueueReconcile(ctx, tx, tenant, m.Key, m.Token); err != nil {
 				return err
 			}
-			res.Unknown = append(res.Unknown, m.key)
+			if err := appendAudit(ctx, tx, actorGateway, "claim.unknown", m.Key, m.detail()); err != nil {
+				return err
+			}
+			res.Unknown = append(res.Unknown, m.Key)
 		}
 		rows, err = tx.Query(ctx, `UPDATE claims SET state = 'RELEASED', outcome = 'RELEASED',
 			outcome_detail = 'the agent lost its connection before acting', settled_at = clock_timestamp()
-			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'LEASED' RETURNING target_job_key`, tenant, agent)
+			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'LEASED' RETURNING `+settledCols, tenant, agent)
 		if err != nil {
 			return err
 		}
-		var key string
-		_, err = pgx.ForEachRow(rows, []any{&key}, func() error { res.Released = append(res.Released, key); return nil })
-		return err
+		freed, err := collectSettled(rows)
+		if err != nil {
+			return err
+		}
+		for _, m := range freed {
+			if err := appendAudit(ctx, tx, actorGateway, "claim.released", m.Key, m.detail()); err != nil {
+				return err
+			}
+			res.Released = append(res.Released, m.Key)
+		}
+		return nil
 	})
 	if err != nil {
 		return LostResult{}, fmt.Errorf("claim: agent lost: %w", err)
@@ -128,7 +134,6 @@ type Resolution struct {
 	// ConfirmedAt is the board's booking time (Confirm only).
 	ConfirmedAt time.Time
 	Evidence    any
-	Actor       string
 }
 
 // ErrTooEarly refuses a release before grace has passed since the action
@@ -139,7 +144,7 @@ var ErrTooEarly = errors.New("claim: grace has not passed since the action start
 // RELEASED, with the evidence audited in the same transaction. A release is
 // refused with ErrTooEarly before act_started_at + grace by the database
 // clock; a claim no longer UNKNOWN with that token is a *Refusal.
-func (s *Store) Resolve(ctx context.Context, a Auditor, tenant, key string, token int64, grace time.Duration, r Resolution) error {
+func (s *Store) Resolve(ctx context.Context, tenant, key string, token int64, grace time.Duration, r Resolution) error {
 	var n int64
 	var early bool
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
@@ -174,8 +179,7 @@ func (s *Store) Resolve(ctx context.Context, a Auditor, tenant, key string, toke
 			}
 			return nil
 		}
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: r.Actor, Action: action, Subject: key,
-			Detail: map[string]any{"token": token, "evidence": r.Evidence}})
+		return appendAudit(ctx, tx, actorReconciler, action, key, map[string]any{"token": token, "evidence": r.Evidence})
 	})
 	if err != nil {
 		return fmt.Errorf("claim: resolve %s: %w", key, err)
@@ -285,7 +289,7 @@ type Duplicate struct {
 
 // RecordDuplicate stores board evidence of a duplicate confirmation (the
 // highest count seen wins), audited when new or grown.
-func (s *Store) RecordDuplicate(ctx context.Context, a Auditor, tenant, key string, bookings []wire.Booking) (bool, error) {
+func (s *Store) RecordDuplicate(ctx context.Context, tenant, key string, bookings []wire.Booking) (bool, error) {
 	if len(bookings) < 2 {
 		return false, nil
 	}
@@ -299,8 +303,7 @@ func (s *Store) RecordDuplicate(ctx context.Context, a Auditor, tenant, key stri
 			return err
 		}
 		grown = true
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: "duplicate-sweep", Action: "claim.duplicate",
-			Subject: key, Detail: bookings})
+		return appendAudit(ctx, tx, actorDuplicates, "claim.duplicate", key, map[string]any{"bookings": bookings})
 	})
 	if err != nil {
 		return false, fmt.Errorf("claim: record duplicate: %w", err)
@@ -349,6 +352,50 @@ func (s *Store) Recent(ctx context.Context, tenant string, window time.Duration,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim: recent: %w", err)
+	}
+	return out, nil
+}
+
+// Unleased lists the tenant's queued jobs that nobody holds: never leased, or
+// RELEASED (NOT_SENT, an expired lease, a reconciled release), queued between
+// window and olderThan ago and not expired on the board — the jobs worth
+// offering again.
+func (s *Store) Unleased(ctx context.Context, tenant string, olderThan, window time.Duration, limit int) ([]QueuedJob, error) {
+	var out []QueuedJob
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT j.cell, j.job_key, j.origin, j.destination, j.equipment, j.weight_lbs, j.miles, j.rate_cents,
+			       j.published_at, j.expires_at, j.seen_at, j.queued_at
+			FROM claim_jobs j
+			LEFT JOIN claims c ON c.tenant_id = j.tenant_id AND c.target_job_key = j.job_key
+			WHERE (c.tenant_id IS NULL OR c.state = 'RELEASED')
+			  AND j.queued_at < clock_timestamp() - make_interval(secs => $1)
+			  AND j.queued_at > clock_timestamp() - make_interval(secs => $2)
+			  AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
+			ORDER BY j.queued_at LIMIT $3`, olderThan.Seconds(), window.Seconds(), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			q := QueuedJob{Tenant: tenant}
+			var published, expires *time.Time
+			if err := rows.Scan(&q.Cell, &q.Job.Key, &q.Job.Origin, &q.Job.Destination, &q.Job.Equipment, &q.Job.WeightLbs,
+				&q.Job.Miles, &q.Job.RateCents, &published, &expires, &q.SeenAt, &q.QueuedAt); err != nil {
+				return err
+			}
+			if published != nil {
+				q.Job.PublishedAt = *published
+			}
+			if expires != nil {
+				q.Job.ExpiresAt = *expires
+			}
+			out = append(out, q)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: unleased jobs: %w", err)
 	}
 	return out, nil
 }

@@ -108,7 +108,7 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	ev := Evidence{LookupID: req.RequestID, Complete: true, Bookings: ours, GraceLeftMS: left.Milliseconds()}
 	if len(ours) >= 2 {
-		if _, err := e.store.RecordDuplicate(ctx, e.cfg.Auditor, a.Tenant, a.Key, ours); err != nil {
+		if _, err := e.store.RecordDuplicate(ctx, a.Tenant, a.Key, ours); err != nil {
 			return err
 		}
 	}
@@ -119,8 +119,8 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 				at = b.BookedAt
 			}
 		}
-		err := e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
-			Resolution{Confirm: true, ConfirmedAt: at, Evidence: ev, Actor: "reconciler"})
+		err := e.store.Resolve(ctx, a.Tenant, a.Key, a.Token, e.cfg.Grace,
+			Resolution{Confirm: true, ConfirmedAt: at, Evidence: ev})
 		return w.settled(a, err, "confirmed")
 	}
 	if left > 0 {
@@ -129,8 +129,8 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		e.m.reconciled.WithLabelValues("too_early").Inc()
 		return river.JobSnooze(left + 50*time.Millisecond)
 	}
-	err = e.store.Resolve(ctx, e.cfg.Auditor, a.Tenant, a.Key, a.Token, e.cfg.Grace,
-		Resolution{Evidence: ev, Actor: "reconciler"})
+	err = e.store.Resolve(ctx, a.Tenant, a.Key, a.Token, e.cfg.Grace,
+		Resolution{Evidence: ev})
 	if err == nil {
 		// Leasable again at once, on this replica too.
 		e.forgetFlight(a.Tenant+"\x00"+a.Key, nil)
@@ -183,6 +183,26 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
 	return w.e.SweepAll(ctx)
 }
 
+// reoffer offers again the tenant's queued jobs that nobody holds. An offer
+// is fire-and-forget (pub/sub, and an agent whose actors are all busy lets
+// it go): without this a job whose offers all went unanswered would never be
+// claimed, since the cell's dedupe drops its later sightings. A re-offer can
+// only cost a refused lease, never a duplicate.
+func (e *Engine) reoffer(ctx context.Context, tenant string) error {
+	jobs, err := e.store.Unleased(ctx, tenant, e.cfg.ReofferAfter, e.cfg.ReofferWindow, 500)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if err := e.publish(ctx, j.Cell, tenant, j.Job, j.SeenAt, j.QueuedAt); err != nil {
+			// A failing cell: its tenants wait for it to come back.
+			return nil
+		}
+		e.m.dispatched.WithLabelValues("reoffered").Inc()
+	}
+	return nil
+}
+
 // SweepAll runs one sweep over every tenant.
 func (e *Engine) SweepAll(ctx context.Context) error {
 	tenants, err := e.store.Tenants(ctx)
@@ -197,6 +217,9 @@ func (e *Engine) SweepAll(ctx context.Context) error {
 		}
 		if err == nil {
 			_, err = e.store.Archive(ctx, t.ID, e.cfg.ArchiveMargin)
+		}
+		if err == nil && !t.Paused {
+			err = e.reoffer(ctx, t.ID)
 		}
 		if err != nil {
 			e.log.Warn("sweep failed for a tenant", "tenant", t.Slug, "err", err)
@@ -274,7 +297,7 @@ func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant s
 	}
 	for key, bs := range byKey {
 		if len(bs) >= 2 {
-			if _, err := e.store.RecordDuplicate(ctx, e.cfg.Auditor, tenant, key, bs); err != nil {
+			if _, err := e.store.RecordDuplicate(ctx, tenant, key, bs); err != nil {
 				return err
 			}
 		}

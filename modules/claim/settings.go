@@ -9,16 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 )
 
-// dbInTenant runs fn in a transaction scoped to tenant, or unscoped (only
-// fleet-wide rows visible) when tenant is empty.
-func dbInTenant(ctx context.Context, s *Store, tenant string, fn func(pgx.Tx) error) error {
-	if tenant == "" {
-		return pgx.BeginFunc(ctx, s.pool, fn)
-	}
-	return db.InTenant(ctx, s.pool, tenant, fn)
-}
+// Invalid is bad input: its text is meant for the person who typed it, and
+// nothing was changed.
+type Invalid string
+
+func (e Invalid) Error() string { return string(e) }
 
 // Tenant is a tenant's claim settings.
 type Tenant struct {
@@ -29,18 +27,36 @@ type Tenant struct {
 	ReviewAboveCents *int64
 }
 
-// Tenants lists every tenant with its claim settings.
+const tenantCols = `id::text, slug, name, cell, paused, daily_booking_cap, review_above_cents`
+
+func scanTenant(r pgx.CollectableRow) (Tenant, error) {
+	var t Tenant
+	err := r.Scan(&t.ID, &t.Slug, &t.Name, &t.Cell, &t.Paused, &t.DailyBookingCap, &t.ReviewAboveCents)
+	return t, err
+}
+
+// Tenants lists every tenant with its claim settings. The tenants table is
+// installation data, not under row-level security; the sweeps walk it.
 func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id::text, slug, name, cell, paused, daily_booking_cap, review_above_cents
-		FROM tenants ORDER BY slug`)
+	rows, err := s.pool.Query(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY slug`)
 	if err != nil {
 		return nil, fmt.Errorf("claim: tenants: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Tenant, error) {
-		var t Tenant
-		err := r.Scan(&t.ID, &t.Slug, &t.Name, &t.Cell, &t.Paused, &t.DailyBookingCap, &t.ReviewAboveCents)
-		return t, err
-	})
+	out, err := pgx.CollectRows(rows, scanTenant)
+	if err != nil {
+		return nil, fmt.Errorf("claim: tenants: %w", err)
+	}
+	return out, nil
+}
+
+// TenantsTx lists every tenant inside tx (the admin pages read it on the
+// audited cross-tenant path).
+func TenantsTx(ctx context.Context, tx pgx.Tx) ([]Tenant, error) {
+	rows, err := tx.Query(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY slug`)
+	if err != nil {
+		return nil, fmt.Errorf("claim: tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanTenant)
 	if err != nil {
 		return nil, fmt.Errorf("claim: tenants: %w", err)
 	}
@@ -49,12 +65,22 @@ func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 
 // TenantBySlug finds a tenant by its slug.
 func (s *Store) TenantBySlug(ctx context.Context, slug string) (Tenant, error) {
-	var t Tenant
-	err := s.pool.QueryRow(ctx, `SELECT id::text, slug, name, cell, paused, daily_booking_cap, review_above_cents
-		FROM tenants WHERE slug = $1`, slug).
-		Scan(&t.ID, &t.Slug, &t.Name, &t.Cell, &t.Paused, &t.DailyBookingCap, &t.ReviewAboveCents)
+	return s.tenantWhere(ctx, "slug", slug)
+}
+
+// TenantByID finds a tenant by its id.
+func (s *Store) TenantByID(ctx context.Context, id string) (Tenant, error) {
+	return s.tenantWhere(ctx, "id::text", id)
+}
+
+func (s *Store) tenantWhere(ctx context.Context, col, v string) (Tenant, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+tenantCols+` FROM tenants WHERE `+col+` = $1`, v)
+	if err != nil {
+		return Tenant{}, fmt.Errorf("claim: tenant: %w", err)
+	}
+	t, err := pgx.CollectExactlyOneRow(rows, scanTenant)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, fmt.Errorf("claim: no tenant %q", slug)
+		return Tenant{}, fmt.Errorf("claim: no tenant %q", v)
 	}
 	if err != nil {
 		return Tenant{}, fmt.Errorf("claim: tenant: %w", err)
@@ -71,22 +97,62 @@ func (s *Store) FleetPaused(ctx context.Context) (bool, error) {
 	return p, nil
 }
 
-// SetPaused turns a pause switch on or off, audited: the fleet's when tenant
-// is empty, else the tenant's. Paused means no new lease and no LEASED →
-// ACTING (both checked inside those statements); actions already started
-// finish and are reported.
-func (s *Store) SetPaused(ctx context.Context, a Auditor, actor, tenant string, paused bool) error {
+// AgentNotifier tells a tenant's agents that a pause switch changed, inside
+// the transaction of the change (tenant scope), so the switch and the news
+// commit together. The fleet store implements it (fleet.PauseNotifier):
+// every live agent gets a configure command whose pause state is read when
+// it is sent, and the connected ones are woken at commit.
+type AgentNotifier interface {
+	PauseChanged(ctx context.Context, tx pgx.Tx, tenant string, paused bool, by audit.Entry) error
+}
+
+// SetAgentNotifier attaches the fleet's notifier (nil: agents learn a pause
+// only at their next connection; the database refuses LEASED → ACTING
+// either way).
+func (s *Store) SetAgentNotifier(n AgentNotifier) { s.agents = n }
+
+// SetPaused turns a pause switch on or off: the fleet's when tenant is empty
+// (audited in the system chain), else the tenant's (audited in its chain).
+// Paused means no new lease and no LEASED → ACTING (both checked inside those
+// statements); actions already started finish and are reported. The agents
+// concerned are told (AgentNotifier): the tenant's in the same transaction;
+// for the fleet switch, each tenant's agents in that tenant's transaction
+// right after the switch commits (the switch is the truth; a notice that
+// fails is reported and changes nothing in the database's refusals).
+func (s *Store) SetPaused(ctx context.Context, by audit.Entry, tenant string, paused bool) error {
 	action := "claim.resume"
 	if paused {
 		action = "claim.pause"
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if tenant == "" {
+	if tenant == "" {
+		err := audit.InSystem(ctx, s.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `UPDATE fleet_switches SET paused = $1, updated_at = now()`, paused); err != nil {
 				return err
 			}
-			return a.Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Subject: "fleet"})
+			return appendAudit(ctx, tx, by, action, "fleet", map[string]any{"scope": "fleet"})
+		})
+		if err != nil {
+			return fmt.Errorf("claim: pause: %w", err)
 		}
+		if s.agents == nil {
+			return nil
+		}
+		tenants, err := s.Tenants(ctx)
+		if err != nil {
+			return fmt.Errorf("claim: pause: the switch is set, but the agents were not told: %w", err)
+		}
+		var first error
+		for _, t := range tenants {
+			err := db.InTenant(ctx, s.pool, t.ID, func(tx pgx.Tx) error {
+				return s.agents.PauseChanged(ctx, tx, t.ID, paused, by)
+			})
+			if err != nil && first == nil {
+				first = fmt.Errorf("claim: pause: the switch is set, but the agents of %s were not told: %w", t.Slug, err)
+			}
+		}
+		return first
+	}
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE tenants SET paused = $2 WHERE id = $1`, tenant, paused)
 		if err != nil {
 			return err
@@ -94,10 +160,13 @@ func (s *Store) SetPaused(ctx context.Context, a Auditor, actor, tenant string, 
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("no tenant %s", tenant)
 		}
-		if _, err := tx.Exec(ctx, "SELECT set_config('app.tenant_id', $1, true)", tenant); err != nil {
+		if err := appendAudit(ctx, tx, by, action, "tenant", map[string]any{"scope": "tenant"}); err != nil {
 			return err
 		}
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: actor, Action: action, Subject: "tenant"})
+		if s.agents != nil {
+			return s.agents.PauseChanged(ctx, tx, tenant, paused, by)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("claim: pause: %w", err)
@@ -111,10 +180,11 @@ type Limits struct {
 	ReviewAboveCents *int64 `json:"review_above_cents"`
 }
 
-// SetLimits changes a tenant's daily booking cap and review threshold, audited.
-func (s *Store) SetLimits(ctx context.Context, a Auditor, actor, tenant string, l Limits) error {
+// SetLimits changes a tenant's daily booking cap and review threshold,
+// audited in its chain.
+func (s *Store) SetLimits(ctx context.Context, by audit.Entry, tenant string, l Limits) error {
 	if (l.DailyBookingCap != nil && *l.DailyBookingCap < 0) || (l.ReviewAboveCents != nil && *l.ReviewAboveCents < 0) {
-		return errors.New("claim: the cap and the review threshold cannot be negative")
+		return Invalid("the cap and the review threshold cannot be negative")
 	}
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE tenants SET daily_booking_cap = $2, review_above_cents = $3 WHERE id = $1`,
@@ -125,7 +195,7 @@ func (s *Store) SetLimits(ctx context.Context, a Auditor, actor, tenant string, 
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("no tenant %s", tenant)
 		}
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: actor, Action: "claim.limits", Detail: l})
+		return appendAudit(ctx, tx, by, "claim.limits", "tenant", l)
 	})
 	if err != nil {
 		return fmt.Errorf("claim: limits: %w", err)
@@ -150,8 +220,7 @@ func (s *Store) requestReview(ctx context.Context, tenant, key string, rate int6
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		return DBAuditor{}.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: "claim-engine", Action: "claim.review.request",
-			Subject: key, Detail: map[string]int64{"rate_cents": rate}})
+		return appendAudit(ctx, tx, actorEngine, "claim.review.request", key, map[string]any{"rate_cents": rate})
 	})
 	if err != nil {
 		return fmt.Errorf("claim: request review: %w", err)
@@ -181,34 +250,31 @@ func (s *Store) Reviews(ctx context.Context, tenant string, limit int) ([]Review
 	return out, nil
 }
 
-// Decide approves or rejects a pending review, audited. An approved job may
-// be leased (the engine offers it again); a rejected one never is.
-func (s *Store) Decide(ctx context.Context, a Auditor, actor, tenant, key string, approve bool) error {
+// Decide approves or rejects a pending review, audited in the tenant's
+// chain. An approved job may be leased (the engine offers it again); a
+// rejected one never is.
+func (s *Store) Decide(ctx context.Context, by audit.Entry, tenant, key string, approve bool) error {
 	state, action := "REJECTED", "claim.review.reject"
 	if approve {
 		state, action = "APPROVED", "claim.review.approve"
 	}
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE claim_reviews SET state = $3, decided_at = now(), decided_by = $4
-			WHERE tenant_id = $1 AND job_key = $2 AND state = 'PENDING'`, tenant, key, state, actor)
+			WHERE tenant_id = $1 AND job_key = $2 AND state = 'PENDING'`, tenant, key, state, by.Actor)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return errors.New("no pending review of that job")
+			return Invalid("there is no pending review of " + key)
 		}
-		return a.Audit(ctx, tx, AuditEntry{Tenant: tenant, Actor: actor, Action: action, Subject: key})
+		return appendAudit(ctx, tx, by, action, key, nil)
 	})
+	var inv Invalid
+	if errors.As(err, &inv) {
+		return inv
+	}
 	if err != nil {
 		return fmt.Errorf("claim: review: %w", err)
 	}
 	return nil
-}
-
-// auditFleet records a fleet-wide change (cells, routing) in its own
-// transaction.
-func auditFleet(ctx context.Context, e *Engine, actor, action, subject string, detail any) error {
-	return pgx.BeginFunc(ctx, e.store.pool, func(tx pgx.Tx) error {
-		return e.cfg.Auditor.Audit(ctx, tx, AuditEntry{Actor: actor, Action: action, Subject: subject, Detail: detail})
-	})
 }

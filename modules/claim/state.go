@@ -47,3 +47,13 @@ func Legal(from, to State) bool {
 
 // Final reports whether no transition leaves s.
 func (s State) Final() bool { return len(Transitions[s]) == 0 }
+
+// Stored reports whether a claim row can hold s.
+func (s State) Stored() bool {
+	for _, x := range Stored {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

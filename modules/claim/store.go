@@ -89,8 +89,9 @@ type Enqueuer interface {
 
 // Store runs the claim statements.
 type Store struct {
-	pool  *pgxpool.Pool
-	river Enqueuer
+	pool   *pgxpool.Pool
+	river  Enqueuer
+	agents AgentNotifier
 }
 
 // NewStore returns a store on the application role's pool; river inserts the
@@ -387,19 +388,29 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8,
 		confirmed_at = CASE WHEN $9 THEN COALESCE($7::timestamptz, clock_timestamp()) ELSE confirmed_at END
 		WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND holder_agent = $4
-		  AND holder_worker = $5 AND (state = 'ACTING' OR (state = 'UNKNOWN' AND $9))`
+		  AND holder_worker = $5 AND (state = 'ACTING' OR (state = 'UNKNOWN' AND $9))
+		RETURNING ` + settledCols
 	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), nullTime(o.ConfirmedAt), truncate(o.Detail, 500),
 		// A true CONFIRMED may arrive after the sweeper made the claim
 		// UNKNOWN: it settles it as the reconciler would.
 		o.Result == Confirmed}
 	var n int64
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, q, args...)
+		st, err := scanSettled(tx.QueryRow(ctx, q, args...))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		n = tag.RowsAffected()
-		if n == 1 && o.Result == Unknown {
+		n = 1
+		// One INSERT in this transaction; sealing the chain is asynchronous.
+		d := st.detail()
+		d["reported"] = string(o.Result)
+		if err := appendAudit(ctx, tx, agentActor(h), "claim.outcome", key, d); err != nil {
+			return err
+		}
+		if o.Result == Unknown {
 			return s.enqueueReconcile(ctx, tx, tenant, key, token)
 		}
 		return nil
@@ -430,42 +441,86 @@ func (s *Store) Sweep(ctx context.Context, tenant string) (unknown, released int
 			UPDATE claims SET state = 'UNKNOWN', outcome = 'UNKNOWN',
 			       outcome_detail = 'no report before the hard action deadline'
 			WHERE tenant_id = $1 AND state = 'ACTING' AND act_deadline < clock_timestamp()
-			RETURNING target_job_key, token`, tenant)
+			RETURNING `+settledCols, tenant)
 		if err != nil {
 			return err
 		}
-		type kt struct {
-			key   string
-			token int64
-		}
-		var moved []kt
-		for rows.Next() {
-			var k kt
-			if err := rows.Scan(&k.key, &k.token); err != nil {
-				return err
-			}
-			moved = append(moved, k)
-		}
-		if err := rows.Err(); err != nil {
+		moved, err := collectSettled(rows)
+		if err != nil {
 			return err
 		}
-		for _, k := range moved {
-			if err := s.enqueueReconcile(ctx, tx, tenant, k.key, k.token); err != nil {
+		for _, st := range moved {
+			if err := s.enqueueReconcile(ctx, tx, tenant, st.Key, st.Token); err != nil {
+				return err
+			}
+			if err := appendAudit(ctx, tx, actorSweeper, "claim.unknown", st.Key, st.detail()); err != nil {
 				return err
 			}
 		}
 		unknown = len(moved)
-		tag, err := tx.Exec(ctx, `
+		rows, err = tx.Query(ctx, `
 			UPDATE claims SET state = 'RELEASED', outcome = 'RELEASED', outcome_detail = 'lease expired unused',
 			       settled_at = clock_timestamp()
-			WHERE tenant_id = $1 AND state = 'LEASED' AND lease_expires_at < clock_timestamp()`, tenant)
-		released = int(tag.RowsAffected())
-		return err
+			WHERE tenant_id = $1 AND state = 'LEASED' AND lease_expires_at < clock_timestamp()
+			RETURNING `+settledCols, tenant)
+		if err != nil {
+			return err
+		}
+		freed, err := collectSettled(rows)
+		if err != nil {
+			return err
+		}
+		for _, st := range freed {
+			if err := appendAudit(ctx, tx, actorSweeper, "claim.released", st.Key, st.detail()); err != nil {
+				return err
+			}
+		}
+		released = len(freed)
+		return nil
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("claim: sweep: %w", err)
 	}
 	return unknown, released, nil
+}
+
+// settled is what the audit records of a claim when it leaves ACTING or
+// LEASED: the lease and the action (whose grant is in claim_transitions)
+// are thereby in the hash-chained log too.
+type settled struct {
+	Key, State, Outcome, Detail string
+	Token                       int64
+	Agent, Worker, OperationID  string
+	LeasedAt                    time.Time
+	ActStartedAt, ActSentAt     *time.Time
+	ConfirmedAt                 *time.Time
+}
+
+const settledCols = `target_job_key, state, COALESCE(outcome, ''), COALESCE(outcome_detail, ''), token,
+	holder_agent::text, holder_worker, operation_id::text, leased_at, act_started_at, act_sent_at, confirmed_at`
+
+func scanSettled(r pgx.Row) (settled, error) {
+	var st settled
+	err := r.Scan(&st.Key, &st.State, &st.Outcome, &st.Detail, &st.Token, &st.Agent, &st.Worker, &st.OperationID,
+		&st.LeasedAt, &st.ActStartedAt, &st.ActSentAt, &st.ConfirmedAt)
+	return st, err
+}
+
+func collectSettled(rows pgx.Rows) ([]settled, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (settled, error) { return scanSettled(r) })
+}
+
+func (st settled) detail() map[string]any {
+	ts := func(t *time.Time) any {
+		if t == nil {
+			return nil
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	return map[string]any{"state": st.State, "outcome": st.Outcome, "detail": st.Detail, "token": st.Token,
+		"holder_agent": st.Agent, "holder_worker": st.Worker, "operation_id": st.OperationID,
+		"leased_at": st.LeasedAt.UTC().Format(time.RFC3339Nano), "act_started_at": ts(st.ActStartedAt),
+		"act_sent_at": ts(st.ActSentAt), "confirmed_at": ts(st.ConfirmedAt)}
 }
 
 // Claim is a claim row as the console and the reconciler see it.

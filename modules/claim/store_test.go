@@ -142,17 +142,17 @@ func TestFencing(t *testing.T) {
 
 	// A pause between lease and ACTING refuses the ACTING: the tenant's,
 	// then the fleet's; after resume the same lease may act.
-	require.NoError(t, b.store.SetPaused(ctx, claim.DBAuditor{}, "test", b.tenant, true))
+	require.NoError(t, b.store.SetPaused(ctx, testActor, b.tenant, true))
 	_, err = b.store.StartActing(ctx, b.tenant, "LD-1", re.Token, a2, 10*time.Second)
 	require.Equal(t, claim.ReasonPaused, reason(t, err))
-	require.NoError(t, b.store.SetPaused(ctx, claim.DBAuditor{}, "test", b.tenant, false))
-	require.NoError(t, b.store.SetPaused(ctx, claim.DBAuditor{}, "test", "", true))
+	require.NoError(t, b.store.SetPaused(ctx, testActor, b.tenant, false))
+	require.NoError(t, b.store.SetPaused(ctx, testActor, "", true))
 	_, err = b.store.StartActing(ctx, b.tenant, "LD-1", re.Token, a2, 10*time.Second)
 	require.Equal(t, claim.ReasonPaused, reason(t, err))
 	b.job(t, b.tenant, "LD-2")
 	_, err = b.store.Lease(ctx, claim.LeaseRequest{Tenant: b.tenant, Key: "LD-2", Holder: a1, For: time.Minute})
 	require.Equal(t, claim.ReasonPaused, reason(t, err), "no new lease while paused")
-	require.NoError(t, b.store.SetPaused(ctx, claim.DBAuditor{}, "test", "", false))
+	require.NoError(t, b.store.SetPaused(ctx, testActor, "", false))
 	g, err := b.store.StartActing(ctx, b.tenant, "LD-1", re.Token, a2, 10*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, re.OperationID, g.OperationID)
@@ -254,7 +254,7 @@ func TestFilterRuleMatchesDatabase(t *testing.T) {
 	}
 	for fi, f := range filters {
 		tenant := b.newTenantBare(t, fmt.Sprintf("f%d", fi))
-		_, err := b.engine.PutFilter(ctx, "test", tenant, f)
+		_, err := b.engine.PutFilter(ctx, testActor, tenant, f)
 		require.NoError(t, err)
 		stored, err := b.store.Filters(ctx, tenant)
 		require.NoError(t, err)

@@ -4,282 +4,333 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/views"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/cell"
-	"github.com/fleetwright/fleetwright/views"
 )
 
-// WebDeps are what the claim pages need from the panel. Until the console's
-// auth lands, Actor names the operator for the audit log, and Guard (when
-// set) wraps every route with the console's authentication and RBAC.
+// WebDeps are what the claim pages need from the panel.
 type WebDeps struct {
 	Engine *Engine
-	// Actor returns the signed-in operator's name for the audit log.
-	Actor func(r *http.Request) string
-	// Guard wraps the routes (auth, RBAC, CSRF); nil mounts them bare.
-	Guard func(http.Handler) http.Handler
-	// Nav is the console's sidebar; the pages mark their own entry active.
-	Nav []views.NavItem
+	Shell  *auth.Shell
+	Log    *slog.Logger
 }
 
 type web struct {
 	WebDeps
 }
 
-// Mount adds the claim engine's console pages under /claims.
+// Mount declares the claim engine's console pages: each tenant's claims,
+// latency and claim settings (fleet.read to look, fleet.steer to change),
+// the cells and tenant routing (cells.manage) and the global pause
+// (settings.manage). Every change is audited in the transaction that makes
+// it.
 func Mount(r chi.Router, d WebDeps) {
-	if d.Actor == nil {
-		d.Actor = func(*http.Request) string { return "console" }
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
 	}
 	w := &web{d}
-	r.Route("/claims", func(r chi.Router) {
-		if d.Guard != nil {
-			r.Use(d.Guard)
-		}
-		r.Get("/", w.claimsPage)
-		r.Get("/rows", w.claimsRows)
-		r.Get("/latency", w.latencyPage)
-		r.Get("/latency.csv", w.latencyCSV)
-		r.Get("/settings", w.settingsPage)
-		r.Post("/pause", w.pause)
-		r.Post("/limits", w.limits)
-		r.Post("/filters", w.putFilter)
-		r.Post("/filters/delete", w.deleteFilter)
-		r.Post("/reviews", w.decide)
-		r.Post("/cells", w.putCell)
-		r.Post("/cells/delete", w.deleteCell)
-		r.Post("/cells/route", w.routeTenant)
-	})
+	get := func(pattern string, p auth.Perm, h http.HandlerFunc) {
+		r.Method(http.MethodGet, pattern, auth.Require(p, h))
+	}
+	post := func(pattern string, p auth.Perm, h http.HandlerFunc) {
+		r.Method(http.MethodPost, pattern, auth.Require(p, h))
+	}
+	get("/t/{tenant}/claims", auth.FleetRead, w.claimsPage)
+	get("/t/{tenant}/claims/rows", auth.FleetRead, w.claimsRows)
+	get("/t/{tenant}/claims/latency", auth.FleetRead, w.latencyPage)
+	get("/t/{tenant}/claims/latency.csv", auth.FleetRead, w.latencyCSV)
+	get("/t/{tenant}/claims/settings", auth.FleetRead, w.settingsPage)
+	post("/t/{tenant}/claims/pause", auth.FleetSteer, w.pauseTenant)
+	post("/t/{tenant}/claims/limits", auth.FleetSteer, w.limits)
+	post("/t/{tenant}/claims/filters", auth.FleetSteer, w.putFilter)
+	post("/t/{tenant}/claims/filters/delete", auth.FleetSteer, w.deleteFilter)
+	post("/t/{tenant}/claims/reviews", auth.FleetSteer, w.decide)
+
+	get("/admin/cells", auth.CellsManage, w.cellsPage)
+	post("/admin/cells", auth.CellsManage, w.putCell)
+	post("/admin/cells/delete", auth.CellsManage, w.deleteCell)
+	post("/admin/cells/route", auth.CellsManage, w.routeTenant)
+	get("/admin/settings", auth.SettingsManage, w.adminSettings)
+	post("/admin/settings/pause", auth.SettingsManage, w.pauseFleet)
+
+	d.Shell.AddNav(
+		auth.NavItem{Section: "Administration", Label: "Cells", Href: "/admin/cells", Perm: auth.CellsManage, Order: 820},
+		auth.NavItem{Section: "Administration", Label: "Settings", Href: "/admin/settings", Perm: auth.SettingsManage, Order: 830},
+	)
 }
 
-func (w *web) page(title, href string) views.Page {
-	p := views.Page{Title: title}
-	for _, n := range w.Nav {
-		n.Active = n.Href == href
-		p.Nav = append(p.Nav, n)
-	}
-	if len(p.Nav) == 0 {
-		p.Nav = []views.NavItem{{Label: "Overview", Href: "/"}, {Section: "Claims", Label: "Claims", Href: "/claims/", Active: href == "/claims/"},
-			{Label: "Latency", Href: "/claims/latency", Active: href == "/claims/latency"},
-			{Label: "Claim settings", Href: "/claims/settings", Active: href == "/claims/settings"}}
-	}
-	return p
+// by names the signed-in operator for the audit log.
+func by(r *http.Request) audit.Entry {
+	u := auth.UserFrom(r.Context())
+	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr}
 }
 
-// tenantOf picks the tenant from ?tenant= (an id or slug), or the first.
-func (w *web) tenantOf(ctx context.Context, r *http.Request) (Tenant, []Tenant, error) {
-	all, err := w.Engine.store.Tenants(ctx)
-	if err != nil || len(all) == 0 {
-		return Tenant{}, all, err
-	}
-	want := r.FormValue("tenant")
-	for _, t := range all {
-		if t.ID == want || t.Slug == want {
-			return t, all, nil
-		}
-	}
-	return all[0], all, nil
+func (w *web) fail(rw http.ResponseWriter, r *http.Request, what string, err error) {
+	w.Log.Error("claim page: "+what, "err", err)
+	auth.ServerError(rw, r)
 }
 
+// back redirects after a change, with a flash message.
+func back(rw http.ResponseWriter, r *http.Request, to, kind, text string) {
+	auth.Flash(rw, kind, text)
+	http.Redirect(rw, r, to, http.StatusSeeOther)
+}
+
+func tenantPath(r *http.Request, rest string) string {
+	t, _ := auth.TenantFrom(r.Context())
+	return "/t/" + t.Slug + "/claims" + rest
+}
+
+// parseWindow reads a window such as 10m or 2h (at most a week).
 func parseWindow(s string, def time.Duration) time.Duration {
-	d, err := time.ParseDuration(s)
+	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil || d <= 0 || d > 7*24*time.Hour {
 		return def
 	}
 	return d
 }
 
-type claimsModel struct {
-	Tenant   Tenant
-	Tenants  []Tenant
-	State    string
-	Worker   string
-	Window   string
-	Claims   []Claim
-	Dups     int
-	Query    string
-	Err      string
-	Paused   bool
-	States   []State
-	Reviewed int
+// tabs are the tenant's pages, shared with the overview and the fleet page.
+type tab struct{ Label, Href string }
+
+func tenantTabs(slug string) []tab {
+	return []tab{{"Overview", "/t/" + slug}, {"Fleet", "/t/" + slug + "/fleet"}, {"Claims", "/t/" + slug + "/claims"},
+		{"Latency", "/t/" + slug + "/claims/latency"}, {"Claim settings", "/t/" + slug + "/claims/settings"}}
 }
 
-func (w *web) loadClaims(r *http.Request) claimsModel {
+type claimsModel struct {
+	Slug        string
+	Tenant      Tenant
+	State       string
+	Worker      string
+	Window      string
+	Claims      []Claim
+	Dups        int
+	Query       string
+	FleetPaused bool
+	States      []State
+}
+
+func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	m := claimsModel{State: r.FormValue("state"), Worker: r.FormValue("worker"), Window: r.FormValue("window"), States: Stored}
-	if m.Window == "" {
-		m.Window = "10m"
+	at, _ := auth.TenantFrom(ctx)
+	q := r.URL.Query()
+	win := parseWindow(q.Get("window"), 10*time.Minute)
+	m := claimsModel{Slug: at.Slug, State: q.Get("state"), Worker: strings.TrimSpace(q.Get("worker")), Window: shortDur(win), States: Stored}
+	if m.State != "" && !State(m.State).Stored() {
+		m.State = ""
 	}
-	t, all, err := w.tenantOf(ctx, r)
-	m.Tenant, m.Tenants = t, all
-	if err != nil {
-		m.Err = err.Error()
-		return m
+	m.Query = fmt.Sprintf("state=%s&worker=%s&window=%s", m.State, m.Worker, m.Window)
+	var err error
+	if m.Tenant, err = w.Engine.store.TenantByID(ctx, at.ID); err != nil {
+		return m, err
 	}
-	m.Query = fmt.Sprintf("tenant=%s&state=%s&worker=%s&window=%s", t.ID, m.State, m.Worker, m.Window)
-	if t.ID == "" {
-		return m
+	if m.Claims, err = w.Engine.store.Recent(ctx, at.ID, win, State(m.State), m.Worker, 500); err != nil {
+		return m, err
 	}
-	if m.Claims, err = w.Engine.store.Recent(ctx, t.ID, parseWindow(m.Window, 10*time.Minute), State(m.State), m.Worker, 500); err != nil {
-		m.Err = err.Error()
+	if m.Dups, _, err = w.Engine.store.DuplicateConfirmations(ctx, at.ID); err != nil {
+		return m, err
 	}
-	m.Dups, _, _ = w.Engine.store.DuplicateConfirmations(ctx, t.ID)
-	m.Paused, _ = w.Engine.store.FleetPaused(ctx)
-	return m
+	m.FleetPaused, err = w.Engine.store.FleetPaused(ctx)
+	return m, err
 }
 
 func (w *web) claimsPage(rw http.ResponseWriter, r *http.Request) {
-	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = claimsPage(w.page("Claims", "/claims/"), w.loadClaims(r)).Render(r.Context(), rw)
+	m, err := w.loadClaims(r)
+	if err != nil {
+		w.fail(rw, r, "claims", err)
+		return
+	}
+	views.Render(rw, r, http.StatusOK, claimsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claims"), m))
 }
 
 func (w *web) claimsRows(rw http.ResponseWriter, r *http.Request) {
-	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = claimsRows(w.loadClaims(r)).Render(r.Context(), rw)
+	m, err := w.loadClaims(r)
+	if err != nil {
+		w.fail(rw, r, "claim rows", err)
+		return
+	}
+	views.Render(rw, r, http.StatusOK, claimsRows(m))
 }
 
 type latencyModel struct {
-	Tenant  Tenant
-	Tenants []Tenant
-	Window  string
-	By      string
-	Groups  []Group
-	Hists   []string
-	Series  string
-	N       int
-	Err     string
-	Query   string
+	Slug   string
+	Name   string
+	Window string
+	By     string
+	Groups []Group
+	Hists  []string
+	Series string
+	N      int
+	Query  string
 }
 
-func (w *web) latencyData(r *http.Request) (latencyModel, []Claim) {
+func (w *web) latencyData(r *http.Request) (latencyModel, []Claim, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	m := latencyModel{Window: r.FormValue("window"), By: r.FormValue("by")}
-	if m.Window == "" {
-		m.Window = "1h"
+	at, _ := auth.TenantFrom(ctx)
+	q := r.URL.Query()
+	win := parseWindow(q.Get("window"), time.Hour)
+	m := latencyModel{Slug: at.Slug, Name: at.Name, Window: shortDur(win), By: q.Get("by")}
+	if m.By != "cell" && m.By != "worker" {
+		m.By = ""
 	}
-	t, all, err := w.tenantOf(ctx, r)
-	m.Tenant, m.Tenants = t, all
-	if err != nil || t.ID == "" {
-		if err != nil {
-			m.Err = err.Error()
-		}
-		return m, nil
-	}
-	m.Query = fmt.Sprintf("tenant=%s&window=%s&by=%s", t.ID, m.Window, m.By)
-	claims, err := w.Engine.store.Window(ctx, t.ID, parseWindow(m.Window, time.Hour), 50000)
-	if err != nil {
-		m.Err = err.Error()
-		return m, nil
-	}
-	return m, claims
+	m.Query = fmt.Sprintf("window=%s&by=%s", m.Window, m.By)
+	claims, err := w.Engine.store.Window(ctx, at.ID, win, 50000)
+	return m, claims, err
 }
 
 func (w *web) latencyPage(rw http.ResponseWriter, r *http.Request) {
-	m, claims := w.latencyData(r)
+	m, claims, err := w.latencyData(r)
+	if err != nil {
+		w.fail(rw, r, "latency", err)
+		return
+	}
 	m.N = len(claims)
 	m.Groups = GroupBy(claims, m.By)
 	for _, s := range Stages {
 		m.Hists = append(m.Hists, HistogramSVG(s, claims))
 	}
 	m.Series = SeriesSVG(StageDetectAction, claims)
-	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = latencyPage(w.page("Latency", "/claims/latency"), m).Render(r.Context(), rw)
+	views.Render(rw, r, http.StatusOK, latencyPage(w.Shell.Page(rw, r, m.Name+" · Latency"), m))
 }
 
 func (w *web) latencyCSV(rw http.ResponseWriter, r *http.Request) {
-	m, claims := w.latencyData(r)
-	if m.Err != "" {
-		http.Error(rw, m.Err, http.StatusInternalServerError)
+	m, claims, err := w.latencyData(r)
+	if err != nil {
+		w.fail(rw, r, "latency csv", err)
 		return
 	}
 	rw.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	rw.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="latency-%s-%s.csv"`, m.Tenant.Slug, m.Window))
-	_ = WriteCSV(rw, claims)
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="latency-%s-%s.csv"`, m.Slug, m.Window))
+	if err := WriteCSV(rw, claims); err != nil {
+		w.Log.Warn("latency csv cut short", "err", err)
+	}
+}
+
+// filterInput is a filter form as typed, so a refused form keeps it.
+type filterInput struct {
+	ID                                            string
+	Name                                          string
+	Enabled                                       bool
+	Origins, Destinations, Equipment              string
+	MinRatePerMile, MaxWeight, MinMiles, MaxMiles string
+}
+
+func inputOf(f Filter) filterInput {
+	in := filterInput{Name: f.Name, Enabled: f.Enabled, Origins: strings.Join(f.Origins, "; "),
+		Destinations: strings.Join(f.Destinations, "; "), Equipment: strings.Join(f.Equipment, "; "),
+		MaxWeight: intOr(f.MaxWeightLbs), MinMiles: intOr(f.MinMiles), MaxMiles: intOr(f.MaxMiles)}
+	if f.ID != 0 {
+		in.ID = strconv.FormatInt(f.ID, 10)
+	}
+	if f.MinRatePerMileCents != 0 {
+		v := int64(f.MinRatePerMileCents)
+		in.MinRatePerMile = money(&v)
+	}
+	return in
+}
+
+func (in filterInput) key() string {
+	if in.ID == "" {
+		return "new"
+	}
+	return in.ID
 }
 
 type settingsModel struct {
+	Slug        string
 	Tenant      Tenant
-	Tenants     []Tenant
 	FleetPaused bool
-	Filters     []Filter
+	Filters     []filterInput
 	Reviews     []Review
-	Cells       []cell.Status
-	Defs        []cell.Def
 	Audit       []AuditRecord
 	Grace       time.Duration
-	Flash       string
-	Err         string
+	CanSteer    bool
+	// Errors by form ("limits", "filter-new", "filter-<id>").
+	Errors     map[string]string
+	CapInput   string
+	RevInput   string
+	LimitsSent bool
+}
+
+func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	at, _ := auth.TenantFrom(ctx)
+	m := settingsModel{Slug: at.Slug, Grace: w.Engine.cfg.Grace, CanSteer: auth.UserFrom(ctx).Has(auth.FleetSteer), Errors: map[string]string{}}
+	var err error
+	if m.Tenant, err = w.Engine.store.TenantByID(ctx, at.ID); err != nil {
+		return m, err
+	}
+	m.CapInput, m.RevInput = intOr(m.Tenant.DailyBookingCap), money(m.Tenant.ReviewAboveCents)
+	if m.FleetPaused, err = w.Engine.store.FleetPaused(ctx); err != nil {
+		return m, err
+	}
+	fs, err := w.Engine.store.Filters(ctx, at.ID)
+	if err != nil {
+		return m, err
+	}
+	for _, f := range fs {
+		m.Filters = append(m.Filters, inputOf(f))
+	}
+	m.Filters = append(m.Filters, filterInput{Enabled: true})
+	if m.Reviews, err = w.Engine.store.Reviews(ctx, at.ID, 50); err != nil {
+		return m, err
+	}
+	m.Audit, err = w.Engine.store.SettingsLog(ctx, at.ID, 20)
+	return m, err
 }
 
 func (w *web) settingsPage(rw http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	m := settingsModel{Flash: r.FormValue("ok"), Err: r.FormValue("err"), Grace: w.Engine.cfg.Grace}
-	t, all, err := w.tenantOf(ctx, r)
-	m.Tenant, m.Tenants = t, all
-	if err == nil {
-		m.FleetPaused, err = w.Engine.store.FleetPaused(ctx)
-	}
-	if err == nil && t.ID != "" {
-		m.Filters, err = w.Engine.store.Filters(ctx, t.ID)
-		if err == nil {
-			m.Reviews, err = w.Engine.store.Reviews(ctx, t.ID, 50)
-		}
-		if err == nil {
-			m.Audit, err = w.Engine.store.AuditLog(ctx, t.ID, "", 30)
-		}
-	}
-	if err == nil {
-		m.Defs, err = cell.ListCells(ctx, w.Engine.store.pool)
-	}
-	if cm := w.Engine.Cells(); cm != nil {
-		m.Cells = cm.Status()
-	}
+	m, err := w.loadSettings(r)
 	if err != nil {
-		m.Err = err.Error()
+		w.fail(rw, r, "claim settings", err)
+		return
 	}
-	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = settingsPage(w.page("Claim settings", "/claims/settings"), m).Render(r.Context(), rw)
+	views.Render(rw, r, http.StatusOK, settingsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claim settings"), m))
 }
 
-// done redirects back to the settings page with a message; bad input gets a
-// clear message and changes nothing.
-func (w *web) done(rw http.ResponseWriter, r *http.Request, err error, ok string) {
-	q := "tenant=" + r.FormValue("tenant")
+// refuse shows the settings page again with 422, the message next to the
+// form that was refused and what was typed in it.
+func (w *web) refuse(rw http.ResponseWriter, r *http.Request, form string, msg string, edit func(*settingsModel)) {
+	m, err := w.loadSettings(r)
 	if err != nil {
-		q += "&err=" + urlEscape(err.Error())
-	} else {
-		q += "&ok=" + urlEscape(ok)
+		w.fail(rw, r, "claim settings", err)
+		return
 	}
-	http.Redirect(rw, r, "/claims/settings?"+q, http.StatusSeeOther)
+	m.Errors[form] = msg
+	if edit != nil {
+		edit(&m)
+	}
+	views.Render(rw, r, http.StatusUnprocessableEntity, settingsPage(w.Shell.Page(rw, r, m.Tenant.Name+" · Claim settings"), m))
 }
 
-func urlEscape(s string) string {
-	r := strings.NewReplacer("%", "%25", "&", "%26", "#", "%23", "+", "%2B", " ", "+", "?", "%3F", "=", "%3D")
-	return r.Replace(s)
-}
-
-func (w *web) pause(rw http.ResponseWriter, r *http.Request) {
-	paused := r.FormValue("paused") == "true"
-	scope := r.FormValue("scope") // "fleet" or "tenant"
-	tenant := ""
-	if scope == "tenant" {
-		tenant = r.FormValue("tenant")
-		if tenant == "" {
-			w.done(rw, r, errors.New("choose a tenant to pause"), "")
-			return
-		}
+func (w *web) pauseTenant(rw http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	paused := r.PostFormValue("paused") == "true"
+	if err := w.Engine.store.SetPaused(r.Context(), by(r), t.ID, paused); err != nil {
+		w.fail(rw, r, "tenant pause", err)
+		return
 	}
-	err := w.Engine.store.SetPaused(r.Context(), w.Engine.cfg.Auditor, w.Actor(r), tenant, paused)
-	w.done(rw, r, err, map[bool]string{true: "Paused", false: "Resumed"}[paused])
+	if paused {
+		back(rw, r, tenantPath(r, "/settings"), "warn", "Claims of "+t.Name+" are paused: no new lease and no new action; actions in flight finish. Its agents were told.")
+		return
+	}
+	back(rw, r, tenantPath(r, "/settings"), "ok", "Claims of "+t.Name+" resumed.")
 }
 
 func optInt(s string) (*int, error) {
@@ -289,120 +340,334 @@ func optInt(s string) (*int, error) {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 {
-		return nil, fmt.Errorf("%q is not a whole number ≥ 0", s)
+		return nil, Invalid(fmt.Sprintf("%q is not a whole number ≥ 0", s))
 	}
 	return &v, nil
 }
 
 // dollars parses "3000" or "3000.50" into cents.
 func dollars(s string) (*int64, error) {
-	s = strings.TrimSpace(s)
+	s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "$"))
 	if s == "" {
 		return nil, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 {
-		return nil, fmt.Errorf("%q is not an amount in dollars", s)
+	if err != nil || f < 0 || f > 1e12 {
+		return nil, Invalid(fmt.Sprintf("%q is not an amount in dollars", s))
 	}
 	c := int64(f*100 + 0.5)
 	return &c, nil
 }
 
 func (w *web) limits(rw http.ResponseWriter, r *http.Request) {
-	cap, err := optInt(r.FormValue("daily_booking_cap"))
-	var review *int64
-	if err == nil {
-		review, err = dollars(r.FormValue("review_above_usd"))
+	t, _ := auth.TenantFrom(r.Context())
+	capIn, revIn := r.PostFormValue("daily_booking_cap"), r.PostFormValue("review_above_usd")
+	keep := func(m *settingsModel) { m.CapInput, m.RevInput = capIn, revIn }
+	dailyCap, err := optInt(capIn)
+	if err != nil {
+		w.refuse(rw, r, "limits", "Daily booking cap: "+err.Error(), keep)
+		return
 	}
-	if err == nil {
-		err = w.Engine.store.SetLimits(r.Context(), w.Engine.cfg.Auditor, w.Actor(r), r.FormValue("tenant"),
-			Limits{DailyBookingCap: cap, ReviewAboveCents: review})
+	review, err := dollars(revIn)
+	if err != nil {
+		w.refuse(rw, r, "limits", "Review threshold: "+err.Error(), keep)
+		return
 	}
-	w.done(rw, r, err, "Limits saved")
+	err = w.Engine.store.SetLimits(r.Context(), by(r), t.ID, Limits{DailyBookingCap: dailyCap, ReviewAboveCents: review})
+	var inv Invalid
+	if errors.As(err, &inv) {
+		w.refuse(rw, r, "limits", inv.Error(), keep)
+		return
+	}
+	if err != nil {
+		w.fail(rw, r, "limits", err)
+		return
+	}
+	back(rw, r, tenantPath(r, "/settings"), "ok", "Limits saved.")
 }
 
 func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == '\n' || r == '|' })
 }
 
-func (w *web) putFilter(rw http.ResponseWriter, r *http.Request) {
-	f := Filter{Name: r.FormValue("name"), Enabled: r.FormValue("enabled") != "",
-		Origins: splitList(r.FormValue("origins")), Destinations: splitList(r.FormValue("destinations")),
-		Equipment: splitList(r.FormValue("equipment"))}
+func formFilter(r *http.Request) (filterInput, Filter, error) {
+	in := filterInput{ID: strings.TrimSpace(r.PostFormValue("id")), Name: r.PostFormValue("name"), Enabled: r.PostFormValue("enabled") != "",
+		Origins: r.PostFormValue("origins"), Destinations: r.PostFormValue("destinations"), Equipment: r.PostFormValue("equipment"),
+		MinRatePerMile: r.PostFormValue("min_rate_per_mile_usd"), MaxWeight: r.PostFormValue("max_weight_lbs"),
+		MinMiles: r.PostFormValue("min_miles"), MaxMiles: r.PostFormValue("max_miles")}
+	f := Filter{Name: in.Name, Enabled: in.Enabled, Origins: splitList(in.Origins), Destinations: splitList(in.Destinations),
+		Equipment: splitList(in.Equipment)}
 	var err error
-	if id := r.FormValue("id"); id != "" {
-		f.ID, err = strconv.ParseInt(id, 10, 64)
+	if in.ID != "" {
+		if f.ID, err = strconv.ParseInt(in.ID, 10, 64); err != nil || f.ID <= 0 {
+			return in, f, Invalid("there is no such filter")
+		}
 	}
-	var rpm *int64
-	if err == nil {
-		rpm, err = dollars(r.FormValue("min_rate_per_mile_usd"))
+	rpm, err := dollars(in.MinRatePerMile)
+	if err != nil {
+		return in, f, Invalid("Min $/mile: " + err.Error())
 	}
-	if err == nil && rpm != nil {
+	if rpm != nil {
+		if *rpm > 1<<31-1 {
+			return in, f, Invalid("Min $/mile is too large")
+		}
 		f.MinRatePerMileCents = int(*rpm)
 	}
-	if err == nil {
-		f.MaxWeightLbs, err = optInt(r.FormValue("max_weight_lbs"))
+	for _, p := range []struct {
+		label string
+		in    string
+		out   **int
+	}{{"Max lbs", in.MaxWeight, &f.MaxWeightLbs}, {"Min miles", in.MinMiles, &f.MinMiles}, {"Max miles", in.MaxMiles, &f.MaxMiles}} {
+		if *p.out, err = optInt(p.in); err != nil {
+			return in, f, Invalid(p.label + ": " + err.Error())
+		}
 	}
+	return in, f, nil
+}
+
+func (w *web) putFilter(rw http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	in, f, err := formFilter(r)
 	if err == nil {
-		f.MinMiles, err = optInt(r.FormValue("min_miles"))
+		_, err = w.Engine.PutFilter(r.Context(), by(r), t.ID, f)
 	}
-	if err == nil {
-		f.MaxMiles, err = optInt(r.FormValue("max_miles"))
+	var inv Invalid
+	if errors.As(err, &inv) {
+		w.refuse(rw, r, "filter-"+in.key(), inv.Error(), func(m *settingsModel) {
+			for i := range m.Filters {
+				if m.Filters[i].ID == in.ID {
+					m.Filters[i] = in
+				}
+			}
+		})
+		return
 	}
-	if err == nil {
-		_, err = w.Engine.PutFilter(r.Context(), w.Actor(r), r.FormValue("tenant"), f)
+	if err != nil {
+		w.fail(rw, r, "put filter", err)
+		return
 	}
-	w.done(rw, r, err, "Filter saved")
+	back(rw, r, tenantPath(r, "/settings"), "ok", "Filter "+strings.TrimSpace(f.Name)+" saved; it applies within seconds on every replica.")
 }
 
 func (w *web) deleteFilter(rw http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.FormValue("id"), 10, 64)
-	if err == nil {
-		err = w.Engine.DeleteFilter(r.Context(), w.Actor(r), r.FormValue("tenant"), id)
+	t, _ := auth.TenantFrom(r.Context())
+	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
+	if err != nil {
+		err = Invalid("there is no such filter")
+	} else {
+		err = w.Engine.DeleteFilter(r.Context(), by(r), t.ID, id)
 	}
-	w.done(rw, r, err, "Filter deleted")
+	var inv Invalid
+	if errors.As(err, &inv) {
+		back(rw, r, tenantPath(r, "/settings"), "bad", "Nothing deleted: "+inv.Error()+".")
+		return
+	}
+	if err != nil {
+		w.fail(rw, r, "delete filter", err)
+		return
+	}
+	back(rw, r, tenantPath(r, "/settings"), "ok", "Filter deleted.")
 }
 
 func (w *web) decide(rw http.ResponseWriter, r *http.Request) {
-	approve := r.FormValue("decision") == "approve"
-	err := w.Engine.Decide(r.Context(), w.Actor(r), r.FormValue("tenant"), r.FormValue("key"), approve)
-	w.done(rw, r, err, map[bool]string{true: "Approved: offered again", false: "Rejected"}[approve])
+	t, _ := auth.TenantFrom(r.Context())
+	decision, key := r.PostFormValue("decision"), r.PostFormValue("key")
+	if decision != "approve" && decision != "reject" {
+		back(rw, r, tenantPath(r, "/settings"), "bad", "Choose approve or reject.")
+		return
+	}
+	err := w.Engine.Decide(r.Context(), by(r), t.ID, key, decision == "approve")
+	var inv Invalid
+	if errors.As(err, &inv) {
+		back(rw, r, tenantPath(r, "/settings"), "bad", "Nothing decided: "+inv.Error()+".")
+		return
+	}
+	if errors.Is(err, ErrNotOffered) {
+		w.Log.Warn("approved job not offered again", "tenant", t.Slug, "key", key, "err", err)
+		back(rw, r, tenantPath(r, "/settings"), "warn", "Approved "+key+", but it could not be offered again now (its cell is not claiming).")
+		return
+	}
+	if err != nil {
+		w.fail(rw, r, "review decision", err)
+		return
+	}
+	if decision == "approve" {
+		back(rw, r, tenantPath(r, "/settings"), "ok", "Approved "+key+": it is offered to the actors again.")
+		return
+	}
+	back(rw, r, tenantPath(r, "/settings"), "ok", "Rejected "+key+": it will not be leased.")
 }
 
-// cellChange audits a cell edit and applies it on this replica at once.
-func (w *web) cellChange(r *http.Request, action, subject string, detail any, change func(context.Context) error) error {
-	ctx := r.Context()
-	if err := change(ctx); err != nil {
+// acrossTenants reads every tenant's claim switches on the audited
+// cross-tenant path (an admin.cross_tenant entry on the system chain).
+func (w *web) acrossTenants(r *http.Request, why string) ([]Tenant, error) {
+	e := by(r)
+	e.Target, e.Detail = r.URL.Path, map[string]any{"reason": why}
+	var out []Tenant
+	err := audit.AcrossTenants(r.Context(), w.Engine.store.pool, e, func(tx pgx.Tx) error {
+		var err error
+		out, err = TenantsTx(r.Context(), tx)
 		return err
+	})
+	return out, err
+}
+
+type cellRow struct {
+	cell.Def
+	Status  *cell.Status
+	Tenants []string
+}
+
+type cellsModel struct {
+	Cells   []cellRow
+	Tenants []Tenant
+	Errors  map[string]string
+	Name    string
+	Watched bool
+}
+
+func (w *web) loadCells(r *http.Request) (cellsModel, error) {
+	m := cellsModel{Errors: map[string]string{}}
+	defs, err := cell.ListCells(r.Context(), w.Engine.store.pool)
+	if err != nil {
+		return m, err
 	}
-	if err := auditFleet(ctx, w.Engine, w.Actor(r), action, subject, detail); err != nil {
-		return err
+	if m.Tenants, err = w.acrossTenants(r, "show the routing of every tenant to its cell"); err != nil {
+		return m, err
 	}
+	status := map[string]cell.Status{}
 	if cm := w.Engine.Cells(); cm != nil {
-		return cm.Reload(ctx)
+		m.Watched = true
+		for _, s := range cm.Status() {
+			status[s.Name] = s
+		}
 	}
-	return nil
+	for _, d := range defs {
+		row := cellRow{Def: d}
+		row.RedisURL = cell.RedactURL(d.RedisURL)
+		if s, ok := status[d.Name]; ok {
+			row.Status = &s
+		}
+		for _, t := range m.Tenants {
+			if t.Cell == d.Name {
+				row.Tenants = append(row.Tenants, t.Slug)
+			}
+		}
+		m.Cells = append(m.Cells, row)
+	}
+	return m, nil
+}
+
+func (w *web) cellsPage(rw http.ResponseWriter, r *http.Request) {
+	m, err := w.loadCells(r)
+	if err != nil {
+		w.fail(rw, r, "cells", err)
+		return
+	}
+	views.Render(rw, r, http.StatusOK, cellsPage(w.Shell.Page(rw, r, "Cells"), m))
+}
+
+func (w *web) cellRefused(rw http.ResponseWriter, r *http.Request, form, msg, name string) {
+	m, err := w.loadCells(r)
+	if err != nil {
+		w.fail(rw, r, "cells", err)
+		return
+	}
+	m.Errors[form], m.Name = msg, name
+	views.Render(rw, r, http.StatusUnprocessableEntity, cellsPage(w.Shell.Page(rw, r, "Cells"), m))
 }
 
 func (w *web) putCell(rw http.ResponseWriter, r *http.Request) {
-	d := cell.Def{Name: strings.TrimSpace(r.FormValue("name")), RedisURL: strings.TrimSpace(r.FormValue("redis_url"))}
-	err := w.cellChange(r, "cell.put", d.Name, map[string]string{"redis_url": cell.RedactURL(d.RedisURL)},
-		func(ctx context.Context) error { return cell.PutCell(ctx, w.Engine.store.pool, d) })
-	w.done(rw, r, err, "Cell saved")
+	// The Redis URL may carry a password: it is never echoed back.
+	d := cell.Def{Name: strings.TrimSpace(r.PostFormValue("name")), RedisURL: strings.TrimSpace(r.PostFormValue("redis_url"))}
+	err := w.Engine.PutCell(r.Context(), by(r), d)
+	var inv Invalid
+	if errors.As(err, &inv) {
+		w.cellRefused(rw, r, "put", strings.TrimPrefix(inv.Error(), "cell: "), d.Name)
+		return
+	}
+	if err != nil {
+		w.fail(rw, r, "put cell", err)
+		return
+	}
+	back(rw, r, "/admin/cells", "ok", "Cell "+d.Name+" saved; every replica applies it within seconds.")
 }
 
 func (w *web) deleteCell(rw http.ResponseWriter, r *http.Request) {
-	name := r.FormValue("name")
-	err := w.cellChange(r, "cell.delete", name, nil,
-		func(ctx context.Context) error { return cell.DeleteCell(ctx, w.Engine.store.pool, name) })
-	w.done(rw, r, err, "Cell deleted")
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	err := w.Engine.DeleteCell(r.Context(), by(r), name)
+	var inv Invalid
+	if errors.As(err, &inv) {
+		back(rw, r, "/admin/cells", "bad", "Nothing deleted: "+inv.Error()+".")
+		return
+	}
+	if err != nil {
+		w.fail(rw, r, "delete cell", err)
+		return
+	}
+	back(rw, r, "/admin/cells", "ok", "Cell "+name+" deleted.")
 }
 
 func (w *web) routeTenant(rw http.ResponseWriter, r *http.Request) {
-	tenant, name := r.FormValue("tenant"), r.FormValue("cell")
-	err := w.cellChange(r, "cell.route", tenant, map[string]string{"cell": name},
-		func(ctx context.Context) error { return cell.RouteTenant(ctx, w.Engine.store.pool, tenant, name) })
-	w.done(rw, r, err, "Tenant moved to "+name)
+	tenant, name := r.PostFormValue("tenant"), r.PostFormValue("cell")
+	err := w.Engine.RouteTenant(r.Context(), by(r), tenant, name)
+	var inv Invalid
+	if errors.As(err, &inv) {
+		back(rw, r, "/admin/cells", "bad", "Nothing moved: "+inv.Error()+".")
+		return
+	}
+	if err != nil {
+		w.fail(rw, r, "route tenant", err)
+		return
+	}
+	back(rw, r, "/admin/cells", "ok", "Tenant moved to "+name+": its sightings go to that cell from now on.")
+}
+
+type adminModel struct {
+	FleetPaused bool
+	Tenants     []Tenant
+	Grace       time.Duration
+	Config      Config
+	Audit       []AuditRecord
+}
+
+func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
+	m := adminModel{Config: w.Engine.cfg, Grace: w.Engine.cfg.Grace}
+	var err error
+	if m.FleetPaused, err = w.Engine.store.FleetPaused(r.Context()); err == nil {
+		if m.Tenants, err = w.acrossTenants(r, "show every tenant's pause switch, cap and review threshold"); err == nil {
+			m.Audit, err = w.Engine.store.SettingsLog(r.Context(), audit.System, 20)
+		}
+	}
+	if err != nil {
+		w.fail(rw, r, "settings", err)
+		return
+	}
+	views.Render(rw, r, http.StatusOK, adminPage(w.Shell.Page(rw, r, "Settings"), m))
+}
+
+func (w *web) pauseFleet(rw http.ResponseWriter, r *http.Request) {
+	paused := r.PostFormValue("paused") == "true"
+	if err := w.Engine.store.SetPaused(r.Context(), by(r), "", paused); err != nil {
+		w.fail(rw, r, "fleet pause", err)
+		return
+	}
+	if paused {
+		back(rw, r, "/admin/settings", "warn", "The whole fleet is paused: no new lease and no new action; actions in flight finish. Every agent was told.")
+		return
+	}
+	back(rw, r, "/admin/settings", "ok", "The fleet resumed claiming.")
+}
+
+func shortDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func fmtDur(d time.Duration) string {

@@ -96,7 +96,7 @@ func BenchmarkClaimPathWebSocket(b *testing.B) {
 	st := fleet.NewStore(d.App, v)
 	var tenant string
 	require.NoError(b, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('bench', 'Bench') RETURNING id::text`).Scan(&tenant))
-	_, err = p.Claims.PutFilter(ctx, "bench", tenant, claim.Filter{Name: "all", Enabled: true})
+	_, err = p.Claims.PutFilter(ctx, ops, tenant, claim.Filter{Name: "all", Enabled: true})
 	require.NoError(b, err)
 	acct, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Username: "u",
 		Password: "bench-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)

@@ -158,6 +158,16 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 	case CmdPause:
 		return wire.Pause{CommandID: c.ID, Reason: c.Body.Reason}, nil
 	case CmdResume:
+		// Lifting this agent's own pause must not lift its tenant's or the
+		// fleet's: while either holds, the agent gets its configuration
+		// with the pause that still applies.
+		cfg, _, err := s.Welcome(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Paused {
+			return wire.Configure{CommandID: c.ID, Config: cfg}, nil
+		}
 		return wire.Resume{CommandID: c.ID}, nil
 	case CmdRestartWorker:
 		return wire.RestartWorker{CommandID: c.ID, Worker: c.Body.Worker}, nil
@@ -174,4 +184,48 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 		return wire.RotateCredentials{CommandID: c.ID, Credentials: creds}, nil
 	}
 	return nil, fmt.Errorf("fleet: unknown command kind %q", c.Kind)
+}
+
+// PauseNotifier tells a tenant's agents that a claim pause switch (the
+// tenant's or the fleet's) changed; the claim engine calls it inside the
+// transaction of the change (claim.AgentNotifier). Each live agent gets a
+// configure command: its configuration's pause state is read when the
+// command is sent (the agent's own pause OR the tenant's OR the fleet's), so
+// a resume never lifts a pause an operator put on one agent, and commands
+// sent after the change commits always carry it. Connected agents are woken
+// at commit by NOTIFY, on whichever replica holds them — also when the
+// change comes from `fleetwright admin pause` in another process; the
+// others learn it at their next welcome.
+type PauseNotifier struct{}
+
+// PauseChanged queues the configure commands in tx (tenant scope) and audits
+// them once for the tenant.
+func (PauseNotifier) PauseChanged(ctx context.Context, tx pgx.Tx, tenant string, paused bool, by audit.Entry) error {
+	reason := "claims resumed"
+	if paused {
+		reason = "claims paused"
+	}
+	b, _ := json.Marshal(CommandBody{Reason: reason})
+	rows, err := tx.Query(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
+		SELECT tenant_id, id, $2, $3, $4 FROM agents WHERE tenant_id = $1 AND retired_at IS NULL
+		RETURNING agent_id::text`, tenant, CmdConfigure, b, by.Actor)
+	if err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	by.Action, by.Target = "fleet.agents.configure", "agents"
+	by.Detail = map[string]any{"reason": reason, "agents": len(ids)}
+	if err := audit.Append(ctx, tx, by); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids); err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,11 +13,14 @@ import (
 	"time"
 
 	"github.com/go-rod/rod"
+	"github.com/jackc/pgx/v5"
 	"github.com/pquerna/otp/totp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/browser"
 	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 )
 
 // TestConsoleSeesRealAgentsAndPausesOne is issue 4's end-to-end test: the
@@ -143,9 +147,62 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 		return nil
 	}))
 	require.Greater(t, files, 100, "the scan read the cluster's files")
+
+	// A new token from the command line, shown once; the fleet page shows
+	// its hint, and the agent holding the old one is refused from now on.
+	issue := testenv.Start(t, bin, []string{"admin", "issue-agent-token", "--tenant=acme", "--agent=agent-acct-3", "--data-dir=" + dir})
+	require.Equal(t, 0, issue.Wait(time.Minute), issue.Output())
+	m := regexp.MustCompile(`(fwa_\S+)`).FindStringSubmatch(issue.Output())
+	require.NotNil(t, m, issue.Output())
+	require.NotEqual(t, tokens[2], m[1])
+	nav("/t/acme/fleet")
+	require.Contains(t, p.MustElement(`[data-testid="agent-agent-acct-3"]`).MustText(), m[1][len(m[1])-4:])
 }
 
 func boardPassword(i int) string { return fmt.Sprintf("board-Password-%d-xq7", i) }
 
 // boardTOTP returns distinct base32 TOTP secrets.
 func boardTOTP(i int) string { return fmt.Sprintf("JBSWY3DPEHPK3PX%c", 'A'+i) + "MZXW6YTB" }
+
+// TestCommandReachesAgentOnAnotherPanelProcess runs two panel processes on
+// one database. The agent is connected to the first; a command persisted by
+// someone else (here the test, as the second panel's console would) reaches
+// it through NOTIFY — and still does after the first panel's LISTEN
+// connection is killed behind its back.
+func TestCommandReachesAgentOnAnotherPanelProcess(t *testing.T) {
+	b := setup(t)
+	bin := testenv.Binary(t)
+	key := make([]byte, vault.KeySize) // the store in setup seals with the zero key
+	env := []string{"FLEET_DATABASE_URL=" + b.db.OwnerURL, "FLEET_DATABASE_APP_URL=" + b.db.AppURL,
+		"FLEET_REDIS_URL=" + testenv.RedisURL(t), "FLEET_SECRET_KEY=" + hex.EncodeToString(key)}
+	var bases []string
+	for i := 0; i < 2; i++ {
+		dir, err := os.MkdirTemp(testenv.Dir(t), "replica-")
+		require.NoError(t, err)
+		p := testenv.Start(t, bin, []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir}, env...)
+		bases = append(bases, p.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute))
+	}
+	id, token := b.agent(t, "acct-x")
+	state := t.TempDir()
+	tok := filepath.Join(state, "token")
+	require.NoError(t, os.WriteFile(tok, []byte(token), 0o600))
+	testenv.Start(t, bin, []string{"--role=agent", "--panel=" + bases[0], "--token-file=" + tok, "--state-dir=" + state})
+	require.Eventually(t, func() bool { return b.read(t, id).Connected }, time.Minute, 100*time.Millisecond)
+
+	ctx := context.Background()
+	_, err := b.store.Enqueue(ctx, b.tenant, id, fleet.CmdPause, fleet.CommandBody{Reason: "from replica b"}, ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.read(t, id).State.Paused }, 30*time.Second, 100*time.Millisecond)
+
+	super, err := pgx.Connect(ctx, b.db.SuperURL)
+	require.NoError(t, err)
+	defer super.Close(ctx)
+	var killed int
+	require.NoError(t, super.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN fleet_agent_commands'`).Scan(&killed))
+	require.Equal(t, 2, killed, "both replicas' LISTEN connections")
+	_, err = b.store.Enqueue(ctx, b.tenant, id, fleet.CmdResume, fleet.CommandBody{}, ops)
+	require.NoError(t, err)
+	// Faster than the 10 s safety poll: the reconnect re-reads pending commands.
+	require.Eventually(t, func() bool { return !b.read(t, id).State.Paused }, 9*time.Second, 100*time.Millisecond)
+}

@@ -1,7 +1,9 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
@@ -22,8 +24,10 @@ import (
 	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -279,4 +283,91 @@ func TestUnknownTokenAndMalformedMessagesNeverCrashThePanel(t *testing.T) {
 	data, _ := wire.Encode(wire.Current, wire.Frame{Time: time.Now(), Message: h})
 	_, ok := exchange(t, dial(t, url), data).Message.(wire.Welcome)
 	require.True(t, ok)
+}
+
+// A captcha stops a worker; the fleet page shows the request for a person,
+// with the page's screenshot, until a newer event of that worker arrives.
+func TestNeedsPersonIsShownWithItsScreenshot(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id, _ := b.agent(t, "acct-np")
+	a := fleet.Agent{ID: id, Tenant: b.tenant}
+	shot := base64.StdEncoding.EncodeToString([]byte("\xff\xd8\xff\xe0 tiny jpeg"))
+	require.NoError(t, b.store.AddEvent(ctx, a, wire.Event{Level: wire.LevelError, Kind: "needs_person", Worker: "actor-1",
+		Message: "the platform shows a captcha", At: time.Now(), Fields: map[string]string{"screenshot_jpeg_base64": shot}}))
+	f, err := b.store.List(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Len(t, f.NeedsPerson, 1)
+	require.Equal(t, shot, f.NeedsPerson[0].Event.Screenshot)
+
+	var html bytes.Buffer
+	require.NoError(t, fleet.Page(views.Page{Title: "Fleet"}, fleet.PageModel{Slug: "acme", Fleet: f, CanSteer: true}).Render(ctx, &html))
+	require.Contains(t, html.String(), `data-testid="needs-person-agent-acct-np"`)
+	require.Contains(t, html.String(), `src="data:image/jpeg;base64,`+shot+`"`)
+	require.Contains(t, html.String(), "restart actor-1")
+
+	require.NoError(t, b.store.AddEvent(ctx, a, wire.Event{Level: wire.LevelInfo, Kind: "worker_restarted", Worker: "actor-1",
+		Message: "restarted by a person", At: time.Now()}))
+	f, err = b.store.List(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Empty(t, f.NeedsPerson)
+}
+
+// TestClaimPauseReachesConnectedAgents: a pause switch (the tenant's, then
+// the fleet's) reaches a connected agent within seconds through the NOTIFY
+// route — the gateway never polls here — and a resume never lifts the pause
+// an operator put on that one agent.
+func TestClaimPauseReachesConnectedAgents(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	_, url := b.replica(t, "a")
+	id, token := b.agent(t, "acct-p")
+	runAgent(t, url, token)
+	require.Eventually(t, func() bool { r := b.read(t, id); return r.Connected && len(r.State.Workers) == 1 },
+		15*time.Second, 50*time.Millisecond)
+	require.False(t, b.read(t, id).State.Paused)
+
+	claims := claim.NewStore(b.db.App, nil)
+	claims.SetAgentNotifier(fleet.PauseNotifier{})
+	paused := func(want bool) {
+		t.Helper()
+		require.Eventually(t, func() bool { return b.read(t, id).State.Paused == want }, 10*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 5*time.Second, 50*time.Millisecond, "acknowledged")
+	}
+	require.NoError(t, claims.SetPaused(ctx, ops, b.tenant, true))
+	paused(true)
+	require.NoError(t, claims.SetPaused(ctx, ops, b.tenant, false))
+	paused(false)
+	require.NoError(t, claims.SetPaused(ctx, ops, "", true))
+	paused(true)
+	_, err := b.store.Enqueue(ctx, b.tenant, id, fleet.CmdPause, fleet.CommandBody{Reason: "one agent"}, ops)
+	require.NoError(t, err)
+	require.NoError(t, claims.SetPaused(ctx, ops, "", false))
+	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 10*time.Second, 50*time.Millisecond)
+	// The agent reports its state every 200 ms: a lifted pause would show.
+	require.Never(t, func() bool { return !b.read(t, id).State.Paused }, time.Second, 50*time.Millisecond,
+		"the operator's pause of this agent stands")
+}
+
+// Resuming one agent never lifts its tenant's pause: the agent is told the
+// pause that still applies.
+func TestResumeKeepsTheTenantsPause(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	_, url := b.replica(t, "a")
+	id, token := b.agent(t, "acct-r")
+	runAgent(t, url, token)
+	require.Eventually(t, func() bool { r := b.read(t, id); return r.Connected && len(r.State.Workers) == 1 },
+		15*time.Second, 50*time.Millisecond)
+	_, err := b.store.Enqueue(ctx, b.tenant, id, fleet.CmdPause, fleet.CommandBody{}, ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.read(t, id).State.Paused }, 10*time.Second, 50*time.Millisecond)
+	_, err = b.db.Owner.Exec(ctx, `UPDATE tenants SET paused = true WHERE id = $1`, b.tenant)
+	require.NoError(t, err)
+	_, err = b.store.Enqueue(ctx, b.tenant, id, fleet.CmdResume, fleet.CommandBody{}, ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 10*time.Second, 50*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a state report after the command
+	require.True(t, b.read(t, id).State.Paused, "the tenant is still paused")
+	require.False(t, b.read(t, id).Paused, "the agent's own pause is lifted")
 }

@@ -2,12 +2,12 @@ package fleet
 
 import (
 	"errors"
+	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fleetwright/fleetwright/modules/audit"
@@ -42,13 +42,6 @@ func Mount(r chi.Router, d Deps) {
 	}
 }
 
-func render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = c.Render(r.Context(), w)
-}
-
 func actor(r *http.Request) audit.Entry {
 	u := auth.UserFrom(r.Context())
 	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr}
@@ -71,7 +64,7 @@ func (d Deps) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, _ := auth.TenantFrom(r.Context())
-	render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
 }
 
 func (d Deps) rows(w http.ResponseWriter, r *http.Request) {
@@ -81,7 +74,7 @@ func (d Deps) rows(w http.ResponseWriter, r *http.Request) {
 		auth.ServerError(w, r)
 		return
 	}
-	render(w, r, http.StatusOK, Rows(m))
+	views.Render(w, r, http.StatusOK, Rows(m))
 }
 
 func (d Deps) back(w http.ResponseWriter, r *http.Request, kind, text string) {
@@ -122,7 +115,7 @@ func (d Deps) showToken(w http.ResponseWriter, r *http.Request, agentName, token
 	}
 	m.NewToken, m.NewTokenAgent = token, agentName
 	t, _ := auth.TenantFrom(r.Context())
-	render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
 }
 
 func (d Deps) rotateToken(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +168,7 @@ func (d Deps) createAccount(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m.Error = strings.TrimPrefix(err.Error(), "fleet: ")
-		render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+		views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
 		return
 	}
 	name := "agent-" + in.Key

@@ -129,6 +129,21 @@ func (s *Store) SetWorkers(ctx context.Context, tenant, accountID string, worker
 	})
 }
 
+// SetBoardURL points an account at its platform's address (audited).
+func (s *Store) SetBoardURL(ctx context.Context, tenant, accountID, url string, by audit.Entry) error {
+	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+		return errors.New("fleet: board URL must start with http:// or https://")
+	}
+	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET board_url = $2 WHERE id = $1`, accountID, url); err != nil {
+			return fmt.Errorf("fleet: set board URL: %w", err)
+		}
+		by.Action, by.Target = "fleet.account.board_url", "account "+accountID
+		by.Detail = map[string]any{"account_id": accountID, "board_url": url}
+		return audit.Append(ctx, tx, by)
+	})
+}
+
 func newToken(tenant string) (token string, hash []byte) {
 	b := make([]byte, 32) // 256 random bits
 	_, _ = rand.Read(b)
@@ -198,6 +213,19 @@ func (s *Store) RotateToken(ctx context.Context, tenant, agentID string, by audi
 		return "", fmt.Errorf("fleet: rotate token: %w", err)
 	}
 	return token, nil
+}
+
+// AgentByName finds a live agent of the tenant by its name.
+func (s *Store) AgentByName(ctx context.Context, tenant, name string) (string, error) {
+	var id string
+	err := db.TenantRow(ctx, s.pool, tenant, `SELECT id::text FROM agents WHERE name = $1 AND retired_at IS NULL`, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("fleet: no live agent named %q in that tenant", name)
+	}
+	if err != nil {
+		return "", fmt.Errorf("fleet: find agent: %w", err)
+	}
+	return id, nil
 }
 
 // Agent is what authentication yields.

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -39,6 +40,15 @@ type AgentView struct {
 type EventView struct {
 	At                           time.Time
 	Level, Kind, Worker, Message string
+	// Screenshot is a small JPEG (base64) of the page that needs a person.
+	Screenshot string
+}
+
+// NeedsPerson is a worker stopped on something only a person may do (a
+// captcha): shown at the top of the fleet page with its screenshot.
+type NeedsPerson struct {
+	AgentID, Agent string
+	Event          EventView
 }
 
 // Fleet is the fleet page's model.
@@ -49,6 +59,7 @@ type Fleet struct {
 	CollisionOdds float64
 	Collisions    []traits.Collision
 	Accounts      []AccountView
+	NeedsPerson   []NeedsPerson
 }
 
 // AccountView is an account without its secrets.
@@ -106,9 +117,10 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		if err := acc.Err(); err != nil {
 			return err
 		}
-		ev, err := tx.Query(ctx, `SELECT agent_id::text, at, level, kind, worker, message FROM (
+		ev, err := tx.Query(ctx, `SELECT agent_id::text, at, level, kind, worker, message,
+			COALESCE(fields->>'screenshot_jpeg_base64', '') FROM (
 			SELECT *, row_number() OVER (PARTITION BY agent_id ORDER BY id DESC) AS n FROM agent_events) e
-			WHERE n <= 3 ORDER BY id DESC`)
+			WHERE n <= 10 ORDER BY id DESC`)
 		if err != nil {
 			return err
 		}
@@ -120,10 +132,18 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		for ev.Next() {
 			var id string
 			var e EventView
-			if err := ev.Scan(&id, &e.At, &e.Level, &e.Kind, &e.Worker, &e.Message); err != nil {
+			if err := ev.Scan(&id, &e.At, &e.Level, &e.Kind, &e.Worker, &e.Message, &e.Screenshot); err != nil {
 				return err
 			}
+			if _, err := base64.StdEncoding.DecodeString(e.Screenshot); err != nil {
+				e.Screenshot = "" // only a real image goes into the page
+			}
 			if a := byID[id]; a != nil {
+				// The newest event per worker decides: a worker that needs
+				// a person until it is restarted (or reports otherwise).
+				if (e.Kind == "needs_person" || e.Kind == "worker_needs_person") && !a.Retired && !a.sawWorker(e.Worker) {
+					f.NeedsPerson = append(f.NeedsPerson, NeedsPerson{AgentID: a.ID, Agent: a.Name, Event: e})
+				}
 				a.Events = append(a.Events, e)
 			}
 		}
@@ -131,6 +151,9 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 	})
 	if err != nil {
 		return Fleet{}, fmt.Errorf("fleet: list: %w", err)
+	}
+	for i := range f.Agents {
+		f.Agents[i].Events = f.Agents[i].Events[:min(len(f.Agents[i].Events), 3)]
 	}
 	egress := map[string]int{}
 	for _, a := range f.Agents {
@@ -149,4 +172,15 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 	f.CollisionOdds = traits.CollisionOdds(len(keys))
 	f.Collisions = traits.Collisions(keys)
 	return f, nil
+}
+
+// sawWorker reports whether a newer event of the same worker was already
+// listed (events come newest first).
+func (a *AgentView) sawWorker(worker string) bool {
+	for _, e := range a.Events {
+		if e.Worker == worker {
+			return true
+		}
+	}
+	return false
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/audit"
 )
 
 // TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase runs the
@@ -66,4 +67,33 @@ func TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "was altered after it was sealed")
 	require.True(t, strings.Contains(out, "tampered"), out)
+
+	// admin pause|resume, with the panel running: the switches flip and the
+	// console's audit log records the CLI user (the system chain for the
+	// fleet, the tenant's chain for a tenant).
+	code, out = run("admin", "pause")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "paused: the whole fleet")
+	var paused bool
+	require.NoError(t, c.QueryRow(ctx, "SELECT paused FROM fleet_switches").Scan(&paused))
+	require.True(t, paused)
+	code, out = run("admin", "resume")
+	require.Equal(t, 0, code, out)
+	var tenantID string
+	require.NoError(t, c.QueryRow(ctx, "INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text").Scan(&tenantID))
+	code, out = run("admin", "pause", "--tenant=acme")
+	require.Equal(t, 0, code, out)
+	require.NoError(t, c.QueryRow(ctx, "SELECT paused FROM tenants WHERE id = $1", tenantID).Scan(&paused))
+	require.True(t, paused)
+	code, out = run("admin", "pause", "--tenant=nobody")
+	require.Equal(t, 1, code, out)
+	rows, err := c.Query(ctx, `SELECT tenant_id::text || ' ' || action || ' ' || actor FROM audit_log
+		WHERE action IN ('claim.pause', 'claim.resume') ORDER BY id`)
+	require.NoError(t, err)
+	entries, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, entries, 3, entries)
+	for i, want := range []string{audit.System + " claim.pause cli", audit.System + " claim.resume cli", tenantID + " claim.pause cli"} {
+		require.True(t, strings.HasPrefix(entries[i], want), entries[i])
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/panel"
 	"github.com/fleetwright/fleetwright/modules/tenant"
@@ -35,10 +36,12 @@ import (
 
 // console is the panel's real HTTP side over a test database.
 type console struct {
-	d    *testenv.Database
-	h    *panel.HTTP
-	srv  *httptest.Server
-	logs *syncBuffer
+	d      *testenv.Database
+	h      *panel.HTTP
+	srv    *httptest.Server
+	logs   *syncBuffer
+	fleet  *fleet.Store
+	claims *claim.Engine
 }
 
 type syncBuffer struct {
@@ -67,12 +70,19 @@ func newConsole(t *testing.T) *console {
 	reg := prometheus.NewRegistry()
 	v, err := vault.New(make([]byte, vault.KeySize))
 	require.NoError(t, err)
+	fl := fleet.NewStore(d.App, v)
+	// The claim engine without River or cells: the pages read and change
+	// settings; UNKNOWN (which needs River) is not reached here.
+	st := claim.NewStore(d.App, nil)
+	st.SetAgentNotifier(fleet.PauseNotifier{})
+	eng, err := claim.NewEngine(st, claim.Config{Log: log, Registerer: reg})
+	require.NoError(t, err)
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fleet.NewStore(d.App, v)})
+		Fleet: fl, Claims: eng})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
-	return &console{d: d, h: h, srv: srv, logs: logs}
+	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng}
 }
 
 func (c *console) user(t *testing.T, email string, role auth.Role, password string) account.User {
@@ -180,6 +190,24 @@ func TestEveryRouteDeclaresAPermissionAndRefusesWhoLacksIt(t *testing.T) {
 	routes, missing := walk(t, c.h.Router)
 	require.Empty(t, missing, "routes without a declared permission (use auth.Require)")
 	require.Greater(t, len(routes), 15)
+	// The claim engine's pages are mounted from NewHTTP with these
+	// permissions (a page that vanished or lost its tenant scope fails here).
+	declared := map[string]auth.Perm{}
+	for _, rt := range routes {
+		declared[rt.method+" "+rt.pattern] = rt.perm
+	}
+	for route, perm := range map[string]auth.Perm{
+		"GET /t/{tenant}/claims": auth.FleetRead, "GET /t/{tenant}/claims/rows": auth.FleetRead,
+		"GET /t/{tenant}/claims/latency": auth.FleetRead, "GET /t/{tenant}/claims/latency.csv": auth.FleetRead,
+		"GET /t/{tenant}/claims/settings": auth.FleetRead, "POST /t/{tenant}/claims/pause": auth.FleetSteer,
+		"POST /t/{tenant}/claims/limits": auth.FleetSteer, "POST /t/{tenant}/claims/filters": auth.FleetSteer,
+		"POST /t/{tenant}/claims/filters/delete": auth.FleetSteer, "POST /t/{tenant}/claims/reviews": auth.FleetSteer,
+		"GET /admin/cells": auth.CellsManage, "POST /admin/cells": auth.CellsManage,
+		"POST /admin/cells/delete": auth.CellsManage, "POST /admin/cells/route": auth.CellsManage,
+		"GET /admin/settings": auth.SettingsManage, "POST /admin/settings/pause": auth.SettingsManage,
+	} {
+		require.Equal(t, perm, declared[route], route)
+	}
 
 	a, b := c.tenant(t, "alpha"), c.tenant(t, "bravo")
 	const pw = "correct horse battery"

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/console"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/tenant"
@@ -33,6 +34,9 @@ type HTTPDeps struct {
 	AgentGateway http.Handler
 	// Fleet is the fleet store behind the fleet pages (nil: no fleet pages).
 	Fleet *fleet.Store
+	// Claims is the claim engine behind the claim, latency, claim settings,
+	// cells and settings pages (nil: no claim pages).
+	Claims *claim.Engine
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -76,6 +80,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
 			fleet.Mount(r, fleet.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
+		}
+		if d.Claims != nil {
+			claim.Mount(r, claim.WebDeps{Engine: d.Claims, Shell: shell, Log: d.Log})
 		}
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { auth.NotFound(w, req) })

@@ -271,6 +271,8 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: river: %w", err)
 	}
 	p.Claims.Store().SetEnqueuer(p.River)
+	// A pause switch reaches the agents as a configure command.
+	p.Claims.Store().SetAgentNotifier(fleet.PauseNotifier{})
 	if err := p.River.Start(ctx); err != nil {
 		return fmt.Errorf("panel: start river: %w", err)
 	}
@@ -311,7 +313,8 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}()
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
-		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet})
+		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
+		Claims: p.Claims})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {

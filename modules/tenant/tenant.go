@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -116,7 +117,7 @@ func (d Deps) renderList(w http.ResponseWriter, r *http.Request, status int, m l
 		auth.ServerError(w, r)
 		return
 	}
-	render(w, r, status, listPage(d.Shell.Page(w, r, "Tenants"), m))
+	views.Render(w, r, status, listPage(d.Shell.Page(w, r, "Tenants"), m))
 }
 
 func (d Deps) create(w http.ResponseWriter, r *http.Request) {
@@ -180,5 +181,5 @@ func (d Deps) overview(w http.ResponseWriter, r *http.Request) {
 		auth.ServerError(w, r)
 		return
 	}
-	render(w, r, http.StatusOK, overviewPage(d.Shell.Page(w, r, t.Name), m))
+	views.Render(w, r, http.StatusOK, overviewPage(d.Shell.Page(w, r, t.Name), m))
 }

@@ -1,0 +1,349 @@
+package demo_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pquerna/otp/totp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/demo"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestDemoRunsClaimsStopsCleanAndRestarts is issue 8's demo test: the real
+// binary with --role=demo on a fresh data dir. It reads the printed sign-in
+// and demo.json, signs in to the console (TOTP enrolment included), sees
+// every agent online on each tenant's fleet page and the board confirm
+// claims with no duplicate, stops with SIGINT leaving no process behind, and
+// starts again on the same data: nothing is created twice, tokens are
+// reused, a new one-time password works and claims go on.
+func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
+	bin := testenv.Binary(t)
+	dir, err := os.MkdirTemp(testenv.Dir(t), "demo-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres user reaches its cluster
+	data := filepath.Join(dir, "var")
+	args := []string{"--role=demo", "--listen=127.0.0.1:0", "--board-listen=127.0.0.1:0", "--board-rate=1", "--data-dir=" + data}
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			agentLogs(t, data)
+		}
+	})
+
+	// First start: everything is created.
+	p := testenv.Start(t, bin, args)
+	run := follow(t, p)
+	info := readInfo(t, data)
+	require.Equal(t, run.console+"/", info.ConsoleURL)
+	require.Equal(t, run.board+"/", info.BoardURL)
+	require.GreaterOrEqual(t, len(info.BoardAdminToken), 16)
+	require.Equal(t, demo.AdminEmail, info.AdminEmail)
+	require.Len(t, info.Agents, len(demo.Agents))
+	require.GreaterOrEqual(t, len(info.Agents), 8)
+	tokens := map[string]string{}
+	for _, a := range demo.Agents {
+		fi, err := os.Stat(demo.TokenFile(data, a))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "token file of %s", a.Name())
+		b, err := os.ReadFile(demo.TokenFile(data, a))
+		require.NoError(t, err)
+		tokens[a.Name()] = strings.TrimSpace(string(b))
+	}
+
+	cl := signIn(t, run.console, run.password)
+	fleetOnline(t, cl, run.console)
+	first := claimsConfirmed(t, run.board, info.BoardAdminToken, 0)
+	panelConfirmed(t, data)
+	crash(t, data, cl, run.console)
+
+	// The one-time password is printed once and logged nowhere; no token
+	// reaches the output.
+	require.Equal(t, 1, strings.Count(p.Output(), run.password), "the password appears in the banner only")
+	for name, tok := range tokens {
+		require.NotContains(t, p.Output(), tok, "token of %s", name)
+	}
+
+	stop(t, p, data)
+
+	// Second start on the same data: reused, not created again.
+	p = testenv.Start(t, bin, args)
+	run2 := follow(t, p)
+	require.NotEqual(t, run.password, run2.password, "a new one-time password at each start")
+	require.NotContains(t, p.Output(), "tenant created", "tenants are reused")
+	for _, a := range demo.Agents {
+		b, err := os.ReadFile(demo.TokenFile(data, a))
+		require.NoError(t, err)
+		require.Equal(t, tokens[a.Name()], strings.TrimSpace(string(b)), "the token file of %s is reused", a.Name())
+	}
+	info2 := readInfo(t, data)
+	require.Equal(t, info.BoardAdminToken, info2.BoardAdminToken, "the board keeps its admin token")
+	res, _ := do(t, browserless(), "POST", run2.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {run.password}})
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the last start's password no longer works")
+	cl = signIn(t, run2.console, run2.password)
+	fleetOnline(t, cl, run2.console)
+	claimsConfirmed(t, run2.board, info2.BoardAdminToken, first)
+	stop(t, p, data)
+}
+
+type started struct{ console, board, password string }
+
+// follow waits for the banner and reads the URLs and the password from it.
+func follow(t *testing.T, p *testenv.Proc) started {
+	t.Helper()
+	var s started
+	s.password = p.WaitFor(`one-time password: (\S+)`, 2*time.Minute)
+	s.console = p.WaitFor(`Console:\s+(http://127\.0\.0\.1:\d+)/`, time.Second)
+	s.board = p.WaitFor(`Board:\s+(http://127\.0\.0\.1:\d+)/`, time.Second)
+	return s
+}
+
+func readInfo(t *testing.T, data string) demo.Info {
+	t.Helper()
+	fi, err := os.Stat(demo.InfoFile(data))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "demo.json is readable by its owner only")
+	b, err := os.ReadFile(demo.InfoFile(data))
+	require.NoError(t, err)
+	var info demo.Info
+	require.NoError(t, json.Unmarshal(b, &info))
+	return info
+}
+
+// browserless is an HTTP client with a cookie jar that does not follow redirects.
+func browserless() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func do(t *testing.T, c *http.Client, method, u string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
+	require.NoError(t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	res, err := c.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+var secretRe = regexp.MustCompile(`data-testid="totp-secret">([A-Z2-7 ]+)<`)
+
+// signIn signs the demo admin in with the printed password and enrols TOTP
+// from the page, as a person would.
+func signIn(t *testing.T, console, password string) *http.Client {
+	t.Helper()
+	cl := browserless()
+	res, _ := do(t, cl, "POST", console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {password}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/signin/mfa", res.Header.Get("Location"))
+	res, body := do(t, cl, "GET", console+"/signin/mfa", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	m := secretRe.FindStringSubmatch(body)
+	require.NotNil(t, m, "the admin enrols TOTP at this sign-in")
+	code, err := totp.GenerateCode(strings.ReplaceAll(m[1], " ", ""), time.Now())
+	require.NoError(t, err)
+	res, _ = do(t, cl, "POST", console+"/signin/mfa", url.Values{"code": {code}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	return cl
+}
+
+var onlineRe = regexp.MustCompile(`data-testid="online">(\d+) / (\d+)<`)
+
+// fleetOnline waits until every agent of every tenant shows online.
+func fleetOnline(t *testing.T, cl *http.Client, console string) {
+	t.Helper()
+	for _, tn := range demo.Tenants {
+		want := 0
+		for _, a := range demo.Agents {
+			if a.Tenant == tn.Slug {
+				want++
+			}
+		}
+		waitUntil(t, time.Minute, "all agents of "+tn.Slug+" online", func() (bool, string) {
+			res, body := do(t, cl, "GET", console+"/t/"+tn.Slug+"/fleet", nil)
+			if res.StatusCode != http.StatusOK {
+				return false, res.Status
+			}
+			m := onlineRe.FindStringSubmatch(body)
+			if m == nil {
+				return false, "no online count on the page"
+			}
+			return m[1] == strconv.Itoa(want) && m[2] == strconv.Itoa(want), m[1] + " / " + m[2]
+		})
+	}
+}
+
+// claimsConfirmed waits until the board's oracle counts more confirmed
+// bookings than before, with no duplicate, and returns the count.
+func claimsConfirmed(t *testing.T, boardURL, token string, before int64) int64 {
+	t.Helper()
+	var st board.Stats
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest("GET", boardURL+"/_sandbox/stats", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusOK || json.NewDecoder(res.Body).Decode(&st) != nil {
+			return false
+		}
+		require.Zero(t, st.DuplicateConfirmations, "no load is ever booked twice by one client")
+		return st.ConfirmedBookings > before
+	}, time.Minute, 500*time.Millisecond, "claims confirmed on the board")
+	require.Zero(t, st.DuplicateConfirmations)
+	return st.ConfirmedBookings
+}
+
+// panelConfirmed finds CONFIRMED claims in the panel's own records, as the
+// demo's application role sees them tenant by tenant.
+func panelConfirmed(t *testing.T, data string) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(data, "postgres"))
+	require.NoError(t, err)
+	pool, err := db.Open(ctx, pg.AppURL(), 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	waitUntil(t, 30*time.Second, "the panel records a confirmed claim", func() (bool, string) {
+		counts := map[string]int{}
+		total := 0
+		for _, tn := range demo.Tenants {
+			var id string
+			if err := pool.QueryRow(ctx, `SELECT id::text FROM tenants WHERE slug = $1`, tn.Slug).Scan(&id); err != nil {
+				return false, err.Error()
+			}
+			var n int
+			if err := db.TenantRow(ctx, pool, id, `SELECT count(*) FROM claims WHERE state = 'CONFIRMED'`).Scan(&n); err != nil {
+				return false, err.Error()
+			}
+			counts[tn.Slug] = n
+			total += n
+		}
+		return total > 0, fmt.Sprint(counts)
+	})
+}
+
+// crash SIGKILLs a browser watcher's agent: the browser it could not close
+// is reaped at once, and its unit starts it again after RestartSec (10 s).
+func crash(t *testing.T, data string, cl *http.Client, console string) {
+	t.Helper()
+	var a demo.Agent
+	for _, x := range demo.Agents {
+		if x.Kind == "watcher" {
+			a = x
+			break
+		}
+	}
+	agentPid := func() int {
+		for pid, cmd := range demo.Procs(demo.AgentDir(data, a)) {
+			if strings.Contains(cmd, "--role=agent") && strings.Contains(cmd, "--state-dir="+demo.AgentDir(data, a)+" ") {
+				return pid
+			}
+		}
+		return 0
+	}
+	profiles := regexp.MustCompile(`fleet-chromium-[0-9]+`)
+	var old []string
+	waitUntil(t, 30*time.Second, a.Name()+"'s Chromium is up", func() (bool, string) {
+		old = nil
+		for _, cmd := range demo.Procs(demo.TmpDir(data, a)) {
+			old = append(old, profiles.FindAllString(cmd, -1)...)
+		}
+		return len(old) > 0 && agentPid() > 0, ""
+	})
+	pid := agentPid()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	waitUntil(t, 10*time.Second, "the killed agent's browser is reaped", func() (bool, string) {
+		for p, cmd := range demo.Procs(demo.TmpDir(data, a)) {
+			for _, o := range old {
+				if strings.Contains(cmd, o) {
+					return false, fmt.Sprint(p, " ", o)
+				}
+			}
+		}
+		return true, ""
+	})
+	waitUntil(t, 30*time.Second, "the unit restarts the agent", func() (bool, string) {
+		n := agentPid()
+		return n != 0 && n != pid, strconv.Itoa(n)
+	})
+	fleetOnline(t, cl, console)
+}
+
+// stop interrupts the demo like Ctrl-C and checks that nothing it started is
+// left: no agent, Chromium, Postgres or Redis mentions the data dir.
+func stop(t *testing.T, p *testenv.Proc, data string) {
+	t.Helper()
+	p.Signal(syscall.SIGINT)
+	require.Equal(t, 0, p.Wait(90*time.Second), "the demo exits cleanly")
+	waitUntil(t, 10*time.Second, "no process left behind", func() (bool, string) {
+		for _, d := range demo.ProcessDirs(data) {
+			if left := demo.Procs(d); len(left) > 0 {
+				return false, fmt.Sprint(left)
+			}
+		}
+		return true, ""
+	})
+}
+
+// waitUntil polls cond until it holds, failing with its last word otherwise.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s (last: %s)", what, timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// agentLogs shows the end of every agent's log, for a failed run.
+func agentLogs(t *testing.T, data string) {
+	for _, a := range demo.Agents {
+		b, err := os.ReadFile(demo.LogFile(data, a))
+		if err != nil {
+			t.Logf("%s: %v", a.Name(), err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		t.Logf("log of %s:\n%s", a.Name(), strings.Join(lines, "\n"))
+	}
+}
