@@ -216,20 +216,20 @@ func (r *runner) setup(ctx context.Context) error {
 	bcfg := board.Defaults()
 	bcfg.Listen, bcfg.Rate, bcfg.Seed, bcfg.Data = "127.0.0.1:0", 0, r.cfg.Seed, "memory"
 	bcfg.AdminToken, bcfg.IdempotencyKeys = randomHex(24), true
+	ops := audit.Entry{Actor: "loadtest"}
 	r.addSecret(bcfg.AdminToken, "board_admin_token", "")
 	r.addSecret(r.key, "secret_key", "")
 	if r.brd, err = board.Start(ctx, bcfg, logging.New(boardLog, logging.Options{Level: slog.LevelInfo})); err != nil {
 		return err
 	}
 
-	ops := audit.Entry{Actor: "loadtest"}
 	for _, t := range r.tenants {
 		var id string
 		if err := r.super.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ($1, $2) RETURNING id::text`, t.Slug, t.Name).Scan(&id); err != nil {
 			return fmt.Errorf("loadtest: create tenant: %w", err)
 		}
 		r.tenantIDs = append(r.tenantIDs, id)
-		if _, err := r.eng.PutFilter(ctx, "loadtest", id, claim.Filter{Name: "everything", Enabled: true}); err != nil {
+		if _, err := r.eng.PutFilter(ctx, ops, id, claim.Filter{Name: "everything", Enabled: true}); err != nil {
 			return err
 		}
 	}
@@ -586,7 +586,7 @@ func (r *runner) conclude(ctx context.Context) (*Report, error) {
 		r.note("claims still open after %s of settling", r.cfg.Settle)
 	}
 	// No new lease or action from here on: what the report compares is final.
-	if err := r.eng.Store().SetPaused(ctx, claim.DBAuditor{}, "loadtest", "", true); err != nil {
+	if err := r.eng.Store().SetPaused(ctx, audit.Entry{Actor: "loadtest"}, "", true); err != nil {
 		r.note("pause failed: %v", err)
 	}
 	if ok {
