@@ -5,11 +5,15 @@
 package browser
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +24,8 @@ import (
 	"github.com/go-rod/rod/lib/launcher"
 	"github.com/go-rod/rod/lib/launcher/flags"
 	"github.com/go-rod/rod/lib/proto"
+
+	"github.com/fleetwright/fleetwright/app/unit"
 )
 
 // DefaultBinary is where Debian's chromium package installs the browser.
@@ -74,7 +80,8 @@ type Browser struct {
 	opts    Options
 	pid     int
 	dataDir string
-	l       *launcher.Launcher
+	cmd     *exec.Cmd
+	exited  chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -177,15 +184,16 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		l.Flags[flags.Env] = append(os.Environ(), "TZ="+opts.Timezone)
 	}
 
-	u, err := l.Launch()
+	// Chromium is started by us, not by go-rod, so it gets the parent-death
+	// signal from unit.StartProcess: a SIGKILLed agent takes its browser
+	// down instead of leaving it running (go-rod's own launch has no such
+	// hook, and its leakless helper is an extra binary).
+	b := &Browser{opts: opts, dataDir: dir}
+	u, err := b.start(ctx, l)
 	if err != nil {
-		if pid := l.PID(); pid > 0 {
-			killGroup(pid)
-		}
-		_ = os.RemoveAll(dir)
+		b.kill()
 		return nil, fmt.Errorf("browser: launch %s: %w", bin, err)
 	}
-	b := &Browser{opts: opts, pid: l.PID(), dataDir: dir, l: l}
 	rb := rod.New().ControlURL(u)
 	if err := rb.Connect(); err != nil {
 		b.kill()
@@ -270,12 +278,8 @@ func (b *Browser) Close() error {
 func (b *Browser) kill() error {
 	if b.pid > 0 {
 		killGroup(b.pid)
-		// The launcher's reaper closes its exit channel once the main
-		// process is waited for; Cleanup blocks on it, then removes the dir.
-		waited := make(chan struct{})
-		go func() { b.l.Cleanup(); close(waited) }()
 		select {
-		case <-waited:
+		case <-b.exited:
 		case <-time.After(10 * time.Second):
 			return fmt.Errorf("browser: chromium pid %d did not exit", b.pid)
 		}
@@ -336,4 +340,53 @@ func GroupMembers(pgid int) []int {
 		}
 	}
 	return out
+}
+
+// devtoolsRe finds the DevTools address Chromium prints on its stderr.
+var devtoolsRe = regexp.MustCompile(`DevTools listening on (ws://\S+)`)
+
+// start runs Chromium with the launcher's arguments and returns its DevTools
+// WebSocket address.
+func (b *Browser) start(ctx context.Context, l *launcher.Launcher) (string, error) {
+	bin := l.Get(flags.Bin)
+	cmd := exec.Command(bin, l.FormatArgs()...)
+	if env, ok := l.GetFlags(flags.Env); ok {
+		cmd.Env = env
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := unit.StartProcess(cmd, syscall.SIGKILL); err != nil {
+		return "", err
+	}
+	b.cmd, b.pid, b.exited = cmd, cmd.Process.Pid, make(chan struct{})
+	found := make(chan string, 1)
+	go func() {
+		// Keep draining stderr for the browser's whole life: a full pipe
+		// would block Chromium.
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if m := devtoolsRe.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+		close(b.exited)
+	}()
+	select {
+	case u := <-found:
+		return u, nil
+	case <-b.exited:
+		return "", errors.New("chromium exited before it listened for DevTools")
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(60 * time.Second):
+		return "", errors.New("chromium did not listen for DevTools within 60 s")
+	}
 }

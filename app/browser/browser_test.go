@@ -1,11 +1,15 @@
 package browser_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/unit"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +21,8 @@ import (
 	"github.com/fleetwright/fleetwright/app/browser"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The process-lifetime spawner thread of app/unit is not a leak.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
 
 // processesUsing lists live processes whose command line mentions dir: every
 // Chromium helper carries --user-data-dir, so this finds survivors even if
@@ -112,4 +117,39 @@ func TestCancelledStartLeavesNothing(t *testing.T) {
 	require.Error(t, err)
 	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "fleet-chromium-*"))
 	require.Equal(t, len(before), len(after), "a failed launch removes its data dir")
+}
+
+// TestChromiumDiesWithItsParent: a process that launched Chromium is killed
+// with SIGKILL (no chance to Close); Chromium goes down with it through the
+// parent-death signal instead of running on.
+func TestChromiumDiesWithItsParent(t *testing.T) {
+	if os.Getenv("FLEET_BROWSER_PARENT") == "1" {
+		// The parent role, run in a child process by the test below.
+		b, err := browser.Launch(context.Background(), browser.Options{})
+		if err != nil {
+			fmt.Println("launch failed:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("chromium pid %d\n", b.PID())
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChromiumDiesWithItsParent$")
+	cmd.Env = append(os.Environ(), "FLEET_BROWSER_PARENT=1")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var pid int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "chromium pid %d", &pid); err == nil {
+			break
+		}
+	}
+	require.NotZero(t, pid, "the child launched Chromium")
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	require.Eventually(t, func() bool { return len(browser.GroupMembers(pid)) == 0 }, 10*time.Second, 50*time.Millisecond,
+		"Chromium's processes are gone")
 }

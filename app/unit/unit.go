@@ -38,17 +38,24 @@ var (
 	spawnCh   chan spawnReq
 )
 
+// SpawnerFunction names the goroutine that lives as long as the process (for
+// goroutine-leak checks in tests: goleak.IgnoreTopFunction(unit.SpawnerFunction)).
+const SpawnerFunction = "github.com/fleetwright/fleetwright/app/unit.spawner"
+
+// spawner starts every child from one OS thread that it never unlocks.
+func spawner() {
+	runtime.LockOSThread()
+	for r := range spawnCh {
+		r.done <- r.cmd.Start()
+	}
+}
+
 // StartProcess starts cmd in its own process group with deathSig delivered
 // when this process dies.
 func StartProcess(cmd *exec.Cmd, deathSig syscall.Signal) error {
 	spawnOnce.Do(func() {
 		spawnCh = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread()
-			for r := range spawnCh {
-				r.done <- r.cmd.Start()
-			}
-		}()
+		go spawner()
 	})
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/unit"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -35,13 +36,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.Shutdown()
 	if code == 0 {
-		// The embedded Postgres launcher keeps one thread-locked spawner
-		// goroutine (Pdeathsig needs it) for the life of the binary; on main
-		// it moved to app/unit.
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("github.com/fleetwright/fleetwright/app/embedded.start.func1.1"),
-			goleak.IgnoreTopFunction("github.com/fleetwright/fleetwright/app/unit.StartProcess.func1.1"),
-		); err != nil {
+		// app/unit keeps one thread-locked spawner goroutine (Pdeathsig
+		// needs it) for the life of the binary.
+		if err := goleak.Find(goleak.IgnoreTopFunction(unit.SpawnerFunction)); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

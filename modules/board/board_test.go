@@ -3,6 +3,7 @@ package board_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/fleetwright/fleetwright/app/unit"
 	"io"
 	"net/http"
 	"net/url"
@@ -18,7 +19,8 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The process-lifetime spawner thread of app/unit is not a leak.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
 
 const pw = "correct horse battery"
 
