@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"github.com/fleetwright/fleetwright/app/unit"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -48,32 +49,13 @@ func reap(dir string, log *slog.Logger) {
 	}
 }
 
-// parent is a process's parent pid (0 when it is gone).
-func parent(pid int) int {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	// "pid (comm) state ppid …": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(f[1]))
-	return n
-}
-
 // descends reports whether pid is root or one of its descendants.
 func descends(pid, root int) bool {
 	for i := 0; i < 64 && pid > 1; i++ {
 		if pid == root {
 			return true
 		}
-		pid = parent(pid)
+		pid = unit.ParentPID(pid)
 	}
 	return root > 0 && pid == root
 }

@@ -147,7 +147,7 @@ func reapUnder(scratch string) int {
 		return 0
 	}
 	spare := map[int]bool{}
-	for pid := os.Getpid(); pid > 1 && !spare[pid]; pid = parentOf(pid) {
+	for pid := os.Getpid(); pid > 1 && !spare[pid]; pid = unit.ParentPID(pid) {
 		spare[pid] = true
 	}
 	mark := []byte(scratch + string(filepath.Separator))
@@ -168,25 +168,6 @@ func reapUnder(scratch string) int {
 		}
 	}
 	return killed
-}
-
-// parentOf reads a process's parent pid (0 when unknown).
-func parentOf(pid int) int {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid …; comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 // countBrowsers counts the Chromium browser processes (not their
