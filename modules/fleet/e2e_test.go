@@ -105,6 +105,11 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 		return len(p.MustElements(`[data-testid="status"] .badge.ok`)) == 3
 	}, time.Minute, 200*time.Millisecond, "three agents online in the live table")
 
+	if dir := os.Getenv("FLEET_SCREENSHOTS"); dir != "" { // for people: FLEET_SCREENSHOTS=DIR
+		data, err := p.Screenshot(true, nil)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "fleet.png"), data, 0o644))
+	}
 	row := p.MustElement(`[data-testid="agent-agent-acct-2"]`)
 	submit(row.MustElement(`[data-testid="pause"]`))
 	require.Contains(t, p.MustElement(`[data-testid="flash"]`).MustText(), "Sent pause")
