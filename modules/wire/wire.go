@@ -39,7 +39,7 @@ const (
 	// LatestReleased is the newest version whose fixtures are frozen. A
 	// version under development (LatestReleased < v <= Current) may still
 	// change; its fixtures are regenerated with -update.
-	LatestReleased = V2
+	LatestReleased = V3
 )
 
 // Supported reports whether this binary speaks version v.
