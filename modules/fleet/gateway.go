@@ -318,15 +318,22 @@ func (g *Gateway) Wake(agentID string) {
 	}
 }
 
-// WakeAll nudges every local connection (after a lost LISTEN connection,
-// notifications may have been missed).
-func (g *Gateway) WakeAll() {
+// local returns the connections on this replica, taken under the lock so the
+// caller can act on them without holding it.
+func (g *Gateway) local() []*conn {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	cs := make([]*conn, 0, len(g.conns))
 	for _, c := range g.conns {
 		cs = append(cs, c)
 	}
-	g.mu.Unlock()
+	return cs
+}
+
+// WakeAll nudges every local connection (after a lost LISTEN connection,
+// notifications may have been missed).
+func (g *Gateway) WakeAll() {
+	cs := g.local()
 	for _, c := range cs {
 		c.nudge()
 	}
@@ -578,12 +585,7 @@ func (g *Gateway) Lookup(ctx context.Context, tenant string, l wire.Lookup) (wir
 // CloseAll ends every agent connection on this replica (at shutdown: the
 // agents reconnect, to this replica when it returns or to another).
 func (g *Gateway) CloseAll() {
-	g.mu.Lock()
-	cs := make([]*conn, 0, len(g.conns))
-	for _, c := range g.conns {
-		cs = append(cs, c)
-	}
-	g.mu.Unlock()
+	cs := g.local()
 	for _, c := range cs {
 		_ = c.ws.Close(websocket.StatusGoingAway, "panel shutting down")
 	}

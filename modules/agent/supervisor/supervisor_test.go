@@ -1,9 +1,9 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/fleetwright/fleetwright/app/testenv"
 	"log/slog"
 	"sync"
 	"testing"
@@ -67,22 +67,7 @@ type bundle struct {
 	needed []State
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testenv.SyncBuffer
 
 func setup(t *testing.T) *bundle {
 	b := &bundle{clk: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), logs: &syncBuffer{}}
