@@ -159,7 +159,9 @@ func SetDisabled(ctx context.Context, pool *pgxpool.Pool, userID string, disable
 func ResetMFA(ctx context.Context, pool *pgxpool.Pool, userID string, by audit.Entry) error {
 	return audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
 		var email string
-		err := tx.QueryRow(ctx, `UPDATE users SET totp_secret = NULL, updated_at = now() WHERE id::text = $1 RETURNING email`, userID).Scan(&email)
+		// The replay guard belongs to the old secret: a new enrolment inside
+		// the same 30 s step as the last accepted code must not be refused.
+		err := tx.QueryRow(ctx, `UPDATE users SET totp_secret = NULL, totp_last_step = 0, updated_at = now() WHERE id::text = $1 RETURNING email`, userID).Scan(&email)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNoUser
 		} else if err != nil {
