@@ -125,9 +125,9 @@ func sampleFrame(v int, t Type) Frame {
 // expectedAt is what decoding version v's fixture must give.
 func expectedAt(m Message, v int) Message {
 	if s, ok := m.(State); ok {
-		return s.forVersion(v)
+		m = s.forVersion(v)
 	}
-	return m
+	return ForVersion(m, v)
 }
 
 func fixturePath(v int, t Type) string {

@@ -336,6 +336,7 @@ func CommandID(m Message) (string, bool) {
 // wireBody returns what Encode marshals for m at version v: the fields of
 // that version only, and secrets revealed.
 func wireBody(m Message, v int) any {
+	m = ForVersion(m, v)
 	switch x := m.(type) {
 	case Hello:
 		type plain Hello

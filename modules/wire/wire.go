@@ -31,11 +31,19 @@ const (
 	// lease_result, act_request, act_result, outcome, outcome_ack, lookup and
 	// lookup_result.
 	V3 = 3
+	// V4 is in development (unreleased) and shared by every open change to
+	// the protocol: claim safety (attempt outcomes, apply/transient/definitive
+	// answers, booking keys), security (credential delivery, the agent's
+	// installation key), the crawler, the assistant and assignment dispatch.
+	// New fields on existing messages carry the struct tag `since:"4"` so
+	// older versions never see them (see sinceFields). Nothing marks it
+	// released until all of those have landed.
+	V4 = 4
 
 	// MinSupported is the oldest version this binary still speaks.
 	MinSupported = V1
 	// Current is the newest version this binary speaks.
-	Current = V3
+	Current = V4
 	// LatestReleased is the newest version whose fixtures are frozen. A
 	// version under development (LatestReleased < v <= Current) may still
 	// change; its fixtures are regenerated with -update.
@@ -121,6 +129,9 @@ var typesV3 = append(append([]Type(nil), typesV1...),
 	TypeDetected, TypeOffer, TypeLeaseRequest, TypeLeaseResult, TypeActRequest,
 	TypeActResult, TypeOutcome, TypeOutcomeAck, TypeLookup, TypeLookupResult)
 
+// typesV4 adds version 4's messages to version 3's. Append only.
+var typesV4 = append([]Type(nil), typesV3...)
+
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
 	TypeHello, TypeWelcome, TypeReject, TypeConfigure, TypePause, TypeResume,
@@ -134,6 +145,7 @@ var versionTypes = map[int][]Type{
 	V1: typesV1,
 	V2: typesV1, // v2 changed fields only
 	V3: typesV3,
+	V4: typesV4,
 }
 
 // Types returns the message types of version v (nil if unsupported).
