@@ -137,12 +137,14 @@ type Panel struct {
 	// Lookuper (Claims.SetOfferer, Claims.SetLookuper).
 	Claims *claim.Engine
 	// Cells runs the claim engine's cells (Redis dedupe, streams, offers).
-	Cells  *cell.Manager
-	srv    *server.Server
-	bg     sync.WaitGroup
-	bgStop context.CancelFunc
-	hbStop context.CancelFunc
-	hbDone chan struct{}
+	Cells *cell.Manager
+	srv   *server.Server
+	// embedded counts the supervised embedded services' restarts.
+	embedded *embedded.Metrics
+	bg       sync.WaitGroup
+	bgStop   context.CancelFunc
+	hbStop   context.CancelFunc
+	hbDone   chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -187,6 +189,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.lock, err = embedded.LockDataDir(cfg.DataDir, "a fleetwright panel"); err != nil {
 		return err
 	}
+	p.Reg = prometheus.NewRegistry()
+	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.embedded = embedded.NewMetrics(p.Reg)
 	ownerURL, appURL := cfg.DatabaseURL, cfg.DatabaseAppURL
 	if ownerURL == "" {
 		p.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{
@@ -195,6 +200,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		p.pg.Supervise(p.Supervision("postgres"))
 		ownerURL, appURL = p.pg.OwnerURL(), p.pg.AppURL()
 	}
 	redisURL := cfg.RedisURL
@@ -203,6 +209,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		p.rds.Supervise(p.Supervision("redis:" + cell.DefaultCell))
 		redisURL = p.rds.URL(0)
 	}
 	if err := migrate(ctx, ownerURL, appURL, log); err != nil {
@@ -224,8 +231,6 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	logging.RegisterSecret(ropts.Password)
 	p.Redis = redis.NewClient(ropts)
 
-	p.Reg = prometheus.NewRegistry()
-	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.Health = server.NewHealth(p.Reg)
 	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
 	// A cell's Redis is reported, never fatal to readiness: a failing cell
@@ -342,6 +347,14 @@ func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) err
 	}
 	defer owner.Close()
 	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, log)
+}
+
+// Supervision is how the panel supervises an embedded service it runs (its
+// Postgres, its Redis; the demo's second cell's Redis): restarted with a
+// unit's budget, counted in fleet_embedded_restarts_total{service}, and a
+// spent budget logged as an alarm and shown as fleet_embedded_failed.
+func (p *Panel) Supervision(service string) embedded.Supervision {
+	return embedded.Supervision{Service: service, Metrics: p.embedded, Log: p.log.With("component", "embedded")}
 }
 
 // Serve serves HTTP until Stop (Start only binds the listener).
