@@ -2,11 +2,11 @@ package logging
 
 import (
 	"bytes"
-	"sync"
 	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
