@@ -3,8 +3,8 @@ package account
 import (
 	"context"
 	"fmt"
-	"net"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
