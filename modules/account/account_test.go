@@ -35,8 +35,12 @@ func TestPasswordRules(t *testing.T) {
 	h, err := hashPassword("Quiet-Harbour-Lantern-42")
 	require.NoError(t, err)
 	require.Contains(t, h, "$argon2id$v=19$m=19456,t=2,p=1$")
-	require.True(t, checkPassword("Quiet-Harbour-Lantern-42", h))
-	require.False(t, checkPassword("Quiet-Harbour-Lantern-43", h))
+	ok, err := checkPassword(context.Background(), "Quiet-Harbour-Lantern-42", h)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = checkPassword(context.Background(), "Quiet-Harbour-Lantern-43", h)
+	require.NoError(t, err)
+	require.False(t, ok)
 }
 
 func TestTOTPAcceptsOneStepOfSkewEitherWay(t *testing.T) {
