@@ -73,9 +73,13 @@ type Config struct {
 	// StrandedAfter: an UNKNOWN this old with no live reconcile job gets a
 	// new one (default 5m).
 	StrandedAfter time.Duration
-	Clock         clock.Clock
-	Log           *slog.Logger
-	Registerer    prometheus.Registerer
+	// WatchFirst is the first wait of a job's watch after a release in
+	// doubt (default 2s); later waits are half the time watched so far, at
+	// most WatchMaxInterval (WatchDelay).
+	WatchFirst time.Duration
+	Clock      clock.Clock
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -96,6 +100,7 @@ func (c *Config) defaults() {
 	def(&c.DuplicateWindow, 24*time.Hour)
 	def(&c.ArchiveMargin, 10*time.Minute)
 	def(&c.StrandedAfter, 5*time.Minute)
+	def(&c.WatchFirst, 2*time.Second)
 	if c.Grace <= 0 {
 		c.Grace = c.MinGrace()
 	}
@@ -136,6 +141,7 @@ type Engine struct {
 	cells    *cell.Manager
 	offerer  Offerer
 	lookuper Lookuper
+	alarmer  Alarmer
 
 	fmu     sync.Mutex
 	filters map[string]cachedFilters
@@ -164,8 +170,55 @@ func NewEngine(store *Store, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("claim: grace %s is below hard timeout + board worst latency + clock error bound = %s",
 			cfg.Grace, cfg.MinGrace())
 	}
-	return &Engine{store: store, cfg: cfg, log: cfg.Log.With("component", "claim"), m: newMetrics(cfg.Registerer),
-		filters: map[string]cachedFilters{}}, nil
+	if cfg.ArchiveMargin < cfg.ClockErrorBound {
+		return nil, fmt.Errorf("claim: archive margin %s is below the clock error bound %s: a load's expiry is the board's clock",
+			cfg.ArchiveMargin, cfg.ClockErrorBound)
+	}
+	e := &Engine{store: store, cfg: cfg, log: cfg.Log.With("component", "claim"), m: newMetrics(cfg.Registerer),
+		filters: map[string]cachedFilters{}}
+	store.observer = e.observeEvidence
+	store.bound = cfg.ClockErrorBound
+	return e, nil
+}
+
+// Alarmer raises an alarm for a person (modules/alarm, once the panel has
+// one, through SetAlarmer). Without one the engine's alarms are error log
+// lines beginning "ALARM:", like a failing cell's.
+type Alarmer interface {
+	Raise(ctx context.Context, tenant, kind, subject, message string, detail map[string]any) error
+}
+
+// SetAlarmer attaches the panel's alarms.
+func (e *Engine) SetAlarmer(a Alarmer) { e.mu.Lock(); e.alarmer = a; e.mu.Unlock() }
+
+// ConflictAlarm is the stable message of the conflict alarm.
+const ConflictAlarm = "ALARM: claim conflict: one job booked more than once for one client"
+
+// observeEvidence counts what applied evidence did and raises the conflict
+// alarm.
+func (e *Engine) observeEvidence(res EvidenceResult) {
+	if res.Applied && res.Late {
+		e.m.late.WithLabelValues(string(res.From)).Inc()
+		e.log.Info("late evidence applied", "tenant", res.Tenant, "key", res.Key, "from_state", res.From, "source", res.Source)
+	}
+	if !res.Conflict {
+		return
+	}
+	e.m.conflicts.Inc()
+	e.log.Error(ConflictAlarm, "tenant", res.Tenant, "key", res.Key, "booking_ids", res.BookingIDs,
+		"attempts", res.Tokens, "source", res.Source)
+	e.mu.RLock()
+	a := e.alarmer
+	e.mu.RUnlock()
+	if a != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.Raise(ctx, res.Tenant, "claim.conflict", res.Key,
+			"one job booked more than once for one client: a person must cancel the extra booking",
+			map[string]any{"booking_ids": res.BookingIDs, "attempts": res.Tokens}); err != nil {
+			e.log.Error("claim conflict alarm not raised", "tenant", res.Tenant, "key", res.Key, "err", err)
+		}
+	}
 }
 
 // Store is the engine's store.
