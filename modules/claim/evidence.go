@@ -322,7 +322,7 @@ func (s *Store) applyToClaim(ctx context.Context, tx pgx.Tx, tenant, key string,
 				settled_at = clock_timestamp(), confirmed_at = COALESCE(confirmed_at, $3, clock_timestamp()),
 				outcome_detail = $4
 			WHERE tenant_id = $1 AND target_job_key = $2 RETURNING `+settledCols,
-			tenant, key, confirmedAt, "the board has our booking ("+src.Name+")"))
+			tenant, key, confirmedAt, "reconciled: the board has our booking ("+src.Name+")"))
 		if err != nil {
 			return err
 		}
