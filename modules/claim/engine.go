@@ -141,7 +141,6 @@ type Engine struct {
 	cells    *cell.Manager
 	offerer  Offerer
 	lookuper Lookuper
-	alarmer  Alarmer
 
 	fmu     sync.Mutex
 	filters map[string]cachedFilters
@@ -181,21 +180,12 @@ func NewEngine(store *Store, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Alarmer raises an alarm for a person (modules/alarm, once the panel has
-// one, through SetAlarmer). Without one the engine's alarms are error log
-// lines beginning "ALARM:", like a failing cell's.
-type Alarmer interface {
-	Raise(ctx context.Context, tenant, kind, subject, message string, detail map[string]any) error
-}
-
-// SetAlarmer attaches the panel's alarms.
-func (e *Engine) SetAlarmer(a Alarmer) { e.mu.Lock(); e.alarmer = a; e.mu.Unlock() }
-
-// ConflictAlarm is the stable message of the conflict alarm.
+// ConflictAlarm is the stable log message of a conflict; the alarm itself
+// (kind claim.conflict, critical) is raised in the transaction that marks
+// the attempts (applyEvidence).
 const ConflictAlarm = "ALARM: claim conflict: one job booked more than once for one client"
 
-// observeEvidence counts what applied evidence did and raises the conflict
-// alarm.
+// observeEvidence counts what applied evidence did and logs a conflict.
 func (e *Engine) observeEvidence(res EvidenceResult) {
 	if res.Applied && res.Late {
 		e.m.late.WithLabelValues(string(res.From)).Inc()
@@ -207,18 +197,6 @@ func (e *Engine) observeEvidence(res EvidenceResult) {
 	e.m.conflicts.Inc()
 	e.log.Error(ConflictAlarm, "tenant", res.Tenant, "key", res.Key, "booking_ids", res.BookingIDs,
 		"attempts", res.Tokens, "source", res.Source)
-	e.mu.RLock()
-	a := e.alarmer
-	e.mu.RUnlock()
-	if a != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Raise(ctx, res.Tenant, "claim.conflict", res.Key,
-			"one job booked more than once for one client: a person must cancel the extra booking",
-			map[string]any{"booking_ids": res.BookingIDs, "attempts": res.Tokens}); err != nil {
-			e.log.Error("claim conflict alarm not raised", "tenant", res.Tenant, "key", res.Key, "err", err)
-		}
-	}
 }
 
 // Store is the engine's store.

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -265,6 +267,9 @@ func (s *Store) applyEvidence(ctx context.Context, tx pgx.Tx, tenant, key string
 			"booking_ids": res.BookingIDs, "attempts": res.Tokens, "source": src.Name}); err != nil {
 			return res, err
 		}
+		if err := raiseConflict(ctx, tx, tenant, key, res); err != nil {
+			return res, err
+		}
 	}
 	if cl.exists && conf != nil {
 		if err := s.applyToClaim(ctx, tx, tenant, key, cl.state, cl.token, cl.late, conf, src, &res); err != nil {
@@ -283,6 +288,25 @@ func (s *Store) applyEvidence(ctx context.Context, tx pgx.Tx, tenant, key string
 		return res, err
 	}
 	return res, nil
+}
+
+// ConflictAlarmKind is the alarm a conflict raises (modules/alarm), one per
+// job, critical: a person must cancel the extra booking on the platform.
+const ConflictAlarmKind = "claim.conflict"
+
+// raiseConflict raises the conflict alarm in the transaction that marks the
+// attempts, so the two never disagree.
+func raiseConflict(ctx context.Context, tx pgx.Tx, tenant, key string, res EvidenceResult) error {
+	var slug string
+	if err := tx.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, tenant).Scan(&slug); err != nil {
+		return err
+	}
+	_, err := alarm.Raise(ctx, tx, alarm.Alarm{Kind: ConflictAlarmKind, Key: key, Tenant: tenant, Severity: alarm.Critical,
+		Summary: "job " + key + " is booked more than once for this client: a person must cancel the extra booking",
+		Detail: fmt.Sprintf("booking ids %s (board evidence), attempts %v, found by %s",
+			strings.Join(res.BookingIDs, ", "), res.Tokens, res.Source),
+		Link: "/t/" + slug + "/claims"})
+	return err
 }
 
 // attribute picks the attempt that made a booking: the latest attempt that

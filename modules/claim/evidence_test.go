@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -285,6 +286,12 @@ func TestConflictIsBoardEvidence(t *testing.T) {
 	require.True(t, conflicts[0].Attempts[0].Conflict)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.conflict"))
 	require.Contains(t, r.logs.String(), claim.ConflictAlarm)
+	open, err := alarm.ListTenant(ctx, r.db.App, r.tenant, true, 10)
+	require.NoError(t, err)
+	require.Len(t, open, 1, "the conflict alarm is raised")
+	require.Equal(t, claim.ConflictAlarmKind, open[0].Kind)
+	require.Equal(t, key, open[0].Key)
+	require.Equal(t, alarm.Critical, open[0].Severity)
 	counts, err := r.store.Safety(ctx, r.tenant)
 	require.NoError(t, err)
 	require.Equal(t, 1, counts.Conflicts)
