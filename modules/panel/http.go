@@ -3,6 +3,7 @@ package panel
 import (
 	"log/slog"
 	"net/http"
+	"net/netip"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +38,9 @@ type HTTPDeps struct {
 	// Claims is the claim engine behind the claim, latency, claim settings,
 	// cells and settings pages (nil: no claim pages).
 	Claims *claim.Engine
+	// TrustedProxies are the peers whose X-Real-IP, X-Forwarded-For and
+	// X-Forwarded-Proto are believed (--trusted-proxies); none by default.
+	TrustedProxies []netip.Prefix
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -65,6 +69,7 @@ var KernelRoutes = map[string]bool{
 // cross-origin protection and security headers.
 func NewHTTP(d HTTPDeps) *HTTP {
 	r := server.NewRouter(d.Log, d.Reg)
+	r.Use(server.RealIP(d.TrustedProxies))
 	server.Mount(r, d.Health, d.Reg)
 	static.Mount(r)
 	if d.AgentGateway != nil {
