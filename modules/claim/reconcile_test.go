@@ -80,7 +80,7 @@ type recBundle struct {
 // setupReconcile starts a real board with one signed-in account, a running
 // River client with the engine's workers, and a grace of 2 s (hard timeout
 // 1 s + board worst latency 800 ms + clock error 200 ms).
-func setupReconcile(t *testing.T) *recBundle {
+func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
 	t.Helper()
 	ctx := context.Background()
 	logs := &testenv.SyncBuffer{}
@@ -95,7 +95,7 @@ func setupReconcile(t *testing.T) *recBundle {
 		c.DuplicateSweepEvery = time.Hour
 	})
 	require.Equal(t, 2*time.Second, b.engine.Config().Grace)
-	s := boardtest.Start(t)
+	s := boardtest.Start(t, boardMod...)
 	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
 	c, err := boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
