@@ -123,18 +123,14 @@ func (s *Server) decide(msgs []msg, toolsOffered, structured bool) reply {
 	s.mu.Lock()
 	sc := s.script
 	s.mu.Unlock()
-	results, lastResult, repairing := 0, "", false
+	results, repairing := 0, false
 	for i, m := range msgs {
 		if m.Role == "tool" || (m.Role == "user" && strings.HasPrefix(m.Content, "Result of ")) {
 			results++
-			lastResult = m.Content
 		}
 		if i == len(msgs)-1 && m.Role == "user" && (strings.HasPrefix(m.Content, "Your reply was refused") || strings.HasPrefix(m.Content, "That was not a valid tool call")) {
 			repairing = true
 		}
-	}
-	if lastResult == "" && len(msgs) > 0 {
-		lastResult = msgs[len(msgs)-1].Content
 	}
 	st := Step{Tool: "finish", Args: map[string]any{"summary": "script ended"}}
 	if sc.Final != nil {
@@ -146,7 +142,7 @@ func (s *Server) decide(msgs []msg, toolsOffered, structured bool) reply {
 	if st.Tool == "" {
 		return reply{content: st.Text}
 	}
-	args := resolve(st.Args, msgs, lastResult)
+	args := resolve(st.Args, msgs)
 	ab, _ := json.Marshal(args)
 	if structured {
 		b, _ := json.Marshal(map[string]any{"tool": st.Tool, "arguments": json.RawMessage(ab)})
@@ -176,7 +172,7 @@ func (s *Server) decide(msgs []msg, toolsOffered, structured bool) reply {
 	return reply{tool: st.Tool, args: string(ab)}
 }
 
-func resolve(args map[string]any, msgs []msg, lastResult string) map[string]any {
+func resolve(args map[string]any, msgs []msg) map[string]any {
 	out := map[string]any{}
 	for k, v := range args {
 		sv, ok := v.(string)
@@ -186,11 +182,15 @@ func resolve(args map[string]any, msgs []msg, lastResult string) map[string]any 
 		}
 		switch {
 		case strings.HasPrefix(sv, "$el:"):
+			// The newest page view that lists a matching element decides,
+			// as a model reading its context would.
 			want := strings.ToLower(strings.TrimPrefix(sv, "$el:"))
 			n := -1
-			for _, m := range elLine.FindAllStringSubmatch(lastResult, -1) {
-				if strings.Contains(strings.ToLower(m[2]), want) {
-					fmt.Sscan(m[1], &n)
+			for i := len(msgs) - 1; i >= 0 && n < 0; i-- {
+				for _, m := range elLine.FindAllStringSubmatch(msgs[i].Content, -1) {
+					if strings.Contains(strings.ToLower(m[2]), want) {
+						fmt.Sscan(m[1], &n)
+					}
 				}
 			}
 			out[k] = n
