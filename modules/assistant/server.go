@@ -57,7 +57,9 @@ func (g *guard) cookieValue() string {
 func (g *guard) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Referrer-Policy", "no-referrer") // the launch URL never leaks in a Referer
+		// The launch URL never leaks in a Referer to another site; same-origin
+		// (not no-referrer) keeps Chromium sending a real Origin on our forms.
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'")
