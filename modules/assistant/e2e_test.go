@@ -1,10 +1,16 @@
 package assistant_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -244,4 +250,165 @@ func debugPage(p *rod.Page) string {
 		return "?"
 	}
 	return info.URL + " " + res.Value.Str()
+}
+
+const secretValue = "Sup3r-Secret-Pa55word-4471"
+
+// A stored secret reaches the page only at typing time: the model sees
+// its placeholder (even when the page echoes the value back), the approval
+// screen names it, and no model request, log line or state file holds it.
+func TestSecretNeverReachesModelLogOrState(t *testing.T) {
+	f := start(t, stub.Script{Steps: []stub.Step{
+		step("open_tab", map[string]any{"name": "page", "url": "$url:/inject/secret"}),
+		step("read_page", map[string]any{}),
+		step("type", map[string]any{"element": "$el:password", "text": "{{secret:sitepw}}"}),
+		step("read_page", map[string]any{}),
+		step("click", map[string]any{"element": "$el:\"continue\""}),
+		step("finish", map[string]any{"summary": "done"}),
+	}}, nil)
+	resp, _, err := f.Post("/secrets", url.Values{"name": {"sitepw"}, "value": {secretValue}})
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	_, settings, err := f.Get("/settings")
+	require.NoError(t, err)
+	require.Contains(t, settings, "{{secret:sitepw}}")
+	require.NotContains(t, settings, secretValue)
+
+	id, err := f.Submit("Log in to keep publishing.", f.urls("/inject/secret"), nil)
+	require.NoError(t, err)
+	task, err := f.Wait(id, 60*time.Second, true)
+	require.NoError(t, err)
+	_, page, err := f.Get("/approvals/" + itoa(task.Pending[0]))
+	require.NoError(t, err)
+	require.Contains(t, page, "{{secret:sitepw}}")
+	require.NotContains(t, page, secretValue)
+	require.Contains(t, page, "127.0.0.2", "the target is the outside address")
+	require.Contains(t, page, "a domain not in the task")
+	require.NoError(t, f.Decide(task.Pending[0], false))
+	_, err = f.Wait(id, 60*time.Second, false, store.StatusDone)
+	require.NoError(t, err)
+	require.Empty(t, f.Outside.Requests())
+
+	sent := f.modelText(t)
+	require.False(t, strings.Contains(sent, secretValue), "the secret reached the model")
+	require.True(t, strings.Contains(sent, `value=\"{{secret:sitepw}}\"`) || strings.Contains(sent, `value="{{secret:sitepw}}"`), "the echoed value is shown as its placeholder")
+	require.NoError(t, f.StopAssistant())
+	require.False(t, strings.Contains(f.log.String(), secretValue), "the secret reached the log")
+	var files int
+	require.NoError(t, filepath.WalkDir(f.StateDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil // sockets and locks of the browser profile
+		}
+		files++
+		require.False(t, bytes.Contains(b, []byte(secretValue)), "the secret is in %s", p)
+		return nil
+	}))
+	require.Greater(t, files, 3)
+}
+
+// Each limit stops a task and says which one; the pause switch stops at
+// the next step and resumes.
+func TestEachLimitStopsWithItsReason(t *testing.T) {
+	f := start(t, stub.Script{Steps: []stub.Step{
+		step("open_tab", map[string]any{"name": "one", "url": "$url:/brief"}),
+		step("open_tab", map[string]any{"name": "two", "url": "$url:/calendar"}),
+	}, Final: &stub.Step{Tool: "list_tabs", Args: map[string]any{}}}, func(c *assistant.Config) {
+		c.PriceIn, c.PriceOut = 1000, 1000 // USD per million tokens: a priced endpoint
+	})
+	urls := f.urls("/brief", "/calendar")
+	cases := []struct {
+		limits url.Values
+		reason string
+	}{
+		{url.Values{"max_steps": {"4"}}, "limit reached: steps (4 of 4)"},
+		{url.Values{"max_tokens": {"3000"}}, "limit reached: model tokens ("},
+		{url.Values{"max_cost": {"0.002"}}, "limit reached: spend ($"},
+		{url.Values{"max_time": {"1ms"}}, "limit reached: wall time ("},
+		{url.Values{"max_tabs": {"1"}}, "limit reached: open tabs (1 of 1)"},
+	}
+	for _, c := range cases {
+		id, err := f.Submit("loop", urls, c.limits)
+		require.NoError(t, err)
+		task, err := f.Wait(id, 60*time.Second, false, store.StatusStopped, store.StatusFailed, store.StatusDone)
+		require.NoError(t, err)
+		require.Equal(t, store.StatusStopped, task.Status)
+		require.True(t, strings.HasPrefix(task.StopReason, c.reason), "%v: %q", c.limits, task.StopReason)
+	}
+	// A cost shows per step on a priced endpoint.
+	_, page, err := f.Get("/tasks/1")
+	require.NoError(t, err)
+	require.Regexp(t, `<td>\$0\.[1-9][0-9]{3}</td>`, page)
+
+	// Per day: today's tokens, across tasks.
+	resp, _, err := f.Post("/settings", url.Values{"label": {"AI-generated"}, "day_tokens": {"1"}, "day_steps": {"0"}, "day_cost": {"0"}})
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	id, err := f.Submit("loop", urls, nil)
+	require.NoError(t, err)
+	task, err := f.Wait(id, 30*time.Second, false, store.StatusStopped)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(task.StopReason, "limit reached: model tokens today"), task.StopReason)
+	_, _, err = f.Post("/settings", url.Values{"label": {"AI-generated"}, "day_tokens": {"0"}, "day_steps": {"0"}, "day_cost": {"0"}})
+	require.NoError(t, err)
+
+	// The pause switch: a task waits paused, then runs on when resumed.
+	_, _, err = f.Post("/pause", url.Values{"on": {"1"}})
+	require.NoError(t, err)
+	id, err = f.Submit("loop", urls, url.Values{"max_steps": {"3"}})
+	require.NoError(t, err)
+	task, err = f.Wait(id, 30*time.Second, false, store.StatusPaused)
+	require.NoError(t, err)
+	require.Contains(t, task.StopReason, "pause switch")
+	require.Zero(t, task.Steps)
+	_, _, err = f.Post("/pause", url.Values{"on": {"0"}})
+	require.NoError(t, err)
+	task, err = f.Wait(id, 30*time.Second, false, store.StatusStopped)
+	require.NoError(t, err)
+	require.Equal(t, "limit reached: steps (3 of 3)", task.StopReason)
+}
+
+// The UI answers only this launch: no key or a wrong one is 401, a foreign
+// Host (DNS rebinding) or a change from a foreign Origin is 403.
+func TestUIRefusesStrangers(t *testing.T) {
+	f := start(t, stub.Script{}, nil)
+	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(u string, host string) int {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := plain.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 401, get(f.UI+"/", ""))
+	require.Equal(t, 401, get(f.UI+"/api/tasks", ""))
+	require.Equal(t, 401, get(f.UI+"/?k=00"+f.Key[2:], ""))
+	require.Equal(t, 403, get(f.UI+"/?k="+f.Key, "attacker.example:80"))
+	require.Equal(t, 303, get(f.UI+"/?k="+f.Key, ""), "the key sets a cookie and leaves the URL")
+
+	post := func(origin string) int {
+		req, _ := http.NewRequest(http.MethodPost, f.UI+"/pause", strings.NewReader("on=1"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := f.Client.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 403, post("http://attacker.example"))
+	require.Equal(t, 403, post(""))
+	require.Equal(t, 200, post(f.UI))
+
+	err := assistant.Run(context.Background(), assistant.Config{Listen: "0.0.0.0:0", StateDir: t.TempDir()}, testLogger(io.Discard))
+	require.ErrorContains(t, err, "not a loopback address")
+	err = assistant.Run(context.Background(), assistant.Config{Listen: "127.0.0.1:0"}, testLogger(io.Discard))
+	require.ErrorContains(t, err, "--state-dir is required")
 }
