@@ -111,46 +111,58 @@ func (c *Caller) Next(ctx context.Context, model string, msgs []Message, tools [
 		t.TokensOut += resp.TokensOut
 		var call ToolCall
 		var perr error
+		formatErr := false // the reply is not a well-formed call at all
 		if t.Mode == ModeTools {
 			call, perr = fromToolCalls(resp)
 		} else {
 			call, perr = ParseStructured(resp.Content, tools)
 		}
+		formatErr = perr != nil
 		if perr == nil && validate != nil {
 			perr = validate(call)
 		}
 		if perr == nil {
 			t.Call = call
-			if t.Mode == ModeTools {
-				t.Message = Message{Role: "assistant", Content: resp.Content, ToolCalls: []ToolCall{call}}
-			} else {
-				t.Message = Message{Role: "assistant", Content: resp.Content, ToolCalls: []ToolCall{call}}
-			}
+			t.Message = Message{Role: "assistant", Content: resp.Content, ToolCalls: []ToolCall{call}}
 			return t, nil
 		}
-		failures++
-		reply := resp.Content
-		if t.Mode == ModeTools {
-			if failures >= switchAfter {
-				t.Mode, t.Switched = ModeStructured, true
-				t.Reason = fmt.Sprintf("%d malformed tool calls in a row (last: %v); using structured output", failures, perr)
-				if c.Modes != nil {
-					if err := c.Modes.SetModelMode(ctx, model, ModeStructured, t.Reason); err != nil {
-						return t, err
-					}
-				}
-				failures, extra = 0, nil
-				continue
+		if !formatErr || t.Mode == ModeStructured {
+			// A well-formed call with bad arguments, or a refused
+			// structured reply: send the reason back, a bounded number
+			// of times, in the same mode.
+			if t.Repairs >= maxRepairs {
+				return t, fmt.Errorf("%w after %d repairs: %v", ErrNoValidAction, t.Repairs, perr)
 			}
-			extra = []Message{{Role: "assistant", Content: clip(reply, 2000)}, {Role: "user", Content: "That was not a valid tool call: " + perr.Error() + ". Call exactly one of the tools with valid arguments."}}
+			t.Repairs++
+			hint := "Call exactly one of the tools with valid arguments."
+			if t.Mode == ModeStructured {
+				hint = `Reply with only one JSON object {"tool": NAME, "arguments": {...}} matching the schema, nothing else.`
+			}
+			extra = []Message{{Role: "assistant", Content: clip(resp.Content+callText(resp.ToolCalls), 2000)}, {Role: "user", Content: "Your reply was refused: " + perr.Error() + ". " + hint}}
 			continue
 		}
-		if t.Repairs >= maxRepairs {
-			return t, fmt.Errorf("%w after %d repairs: %v", ErrNoValidAction, t.Repairs, perr)
+		failures++
+		if failures >= switchAfter {
+			t.Mode, t.Switched = ModeStructured, true
+			t.Reason = fmt.Sprintf("%d malformed tool calls in a row (last: %v); using structured output", failures, perr)
+			if c.Modes != nil {
+				if err := c.Modes.SetModelMode(ctx, model, ModeStructured, t.Reason); err != nil {
+					return t, err
+				}
+			}
+			extra = nil
+			continue
 		}
-		t.Repairs++
-		extra = []Message{{Role: "assistant", Content: clip(reply, 2000)}, {Role: "user", Content: "Your reply was refused: " + perr.Error() + `. Reply with only one JSON object {"tool": NAME, "arguments": {...}} matching the schema, nothing else.`}}
+		extra = []Message{{Role: "assistant", Content: clip(resp.Content, 2000)}, {Role: "user", Content: "That was not a valid tool call: " + perr.Error() + ". Call exactly one of the tools with valid arguments."}}
 	}
+}
+
+func callText(calls []ToolCall) string {
+	if len(calls) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(map[string]any{"tool": calls[0].Name, "arguments": calls[0].Arguments})
+	return string(b)
 }
 
 func clip(s string, n int) string {
