@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/db"
@@ -47,6 +50,8 @@ var commands = []struct{ name, help string }{
 	{"assistant model-stub", "serve the scripted model (Ollama and OpenAI-compatible protocols) for the assistant without a real model (--listen, --script post|injection|FILE)"},
 	{"assistant studio", "serve the Demo Studio (--listen) and its outside address that logs every request (--outside, default 127.0.0.2:8076)"},
 	{"assistant eval", "run the Demo Studio tasks against a model (--model, --model-endpoint, --model-url) and report success, steps, tokens and time per task"},
+	{"crawl validate", "check crawl job files (docs/CRAWL.md): every bad field's path and line; exit 1 on any error"},
+	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
@@ -75,6 +80,14 @@ func flags(o *options) *config.Set {
 	return s
 }
 
+// libraryLogs sends the third-party libraries' own log lines through the
+// product's structured, redacting logger. go-redis prints a line per failed
+// dial on stderr otherwise; River gets its logger in its config, and pgx
+// logs nothing unless given a tracer.
+func libraryLogs(log *slog.Logger) {
+	redis.SetLogger(&logging.Printf{Log: log.With("component", "go-redis"), Level: slog.LevelWarn, Every: 10 * time.Second})
+}
+
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -91,6 +104,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd == "assistant" {
 		return runAssistantCommand(args, stdout, stderr)
+	}
+	if cmd == "crawl" {
+		return runCrawl(args, stdout, stderr)
+	}
+	if cmd == "fetch" {
+		return runFetch(args, stdout, stderr)
 	}
 	if cmd == "loadtest" {
 		return runLoadtest(args, stdout, stderr)
@@ -112,6 +131,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
 	slog.SetDefault(log)
+	libraryLogs(log)
 	ctx, stop := signalContext()
 	defer stop()
 

@@ -22,10 +22,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/config"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/assistant/browse"
@@ -41,16 +44,21 @@ type Config struct {
 	Listen   string
 	StateDir string
 
-	ModelKind   string
-	ModelURL    string
-	Model       string
-	KeyFile     string
-	PriceIn     float64
-	PriceOut    float64
-	Attach      string
-	Headful     bool
-	Chromium    string
-	Limits      store.Limits
+	ModelKind string
+	ModelURL  string
+	Model     string
+	KeyFile   string
+	PriceIn   float64
+	PriceOut  float64
+	Attach    string
+	Headful   bool
+	Chromium  string
+	Limits    store.Limits
+	// EgressAllow and EgressPorts widen the egress guard for pages: CIDR
+	// ranges admitted although special-purpose, and destination ports
+	// besides 80 and 443 (a loopback Demo Studio needs both).
+	EgressAllow []string
+	EgressPorts []string
 	RiskySettle time.Duration
 
 	// Clock is injected by tests (default: real time).
@@ -72,6 +80,8 @@ func (c *Config) Register(s *config.Set) {
 	s.Float(&c.PriceOut, "model-price-out", "FLEET_ASSISTANT_MODEL_PRICE_OUT", 0, "assistant: USD per million completion tokens", role)
 	s.String(&c.Attach, "chrome-attach", "FLEET_ASSISTANT_CHROME_ATTACH", "", "assistant: attach to a running Chrome at this DevTools address (http://127.0.0.1:9222) instead of launching Chromium on the assistant's own profile", role)
 	s.Bool(&c.Headful, "headful", "FLEET_ASSISTANT_HEADFUL", false, "assistant: show the launched browser's window", role)
+	s.List(&c.EgressAllow, "egress-allow", "FLEET_EGRESS_ALLOW", "assistant: admit this CIDR range or address for pages although it is special-purpose (repeatable or comma-separated; e.g. 127.0.0.1/32 for a local Demo Studio)", role)
+	s.List(&c.EgressPorts, "egress-port", "FLEET_EGRESS_PORTS", "assistant: allowed destination port for pages (repeatable; default 80 and 443)", role)
 	s.Int(&c.Limits.Steps, "task-max-steps", "FLEET_ASSISTANT_TASK_MAX_STEPS", 60, "assistant: steps per task (0: none)", role)
 	s.Int(&c.Limits.Tokens, "task-max-tokens", "FLEET_ASSISTANT_TASK_MAX_TOKENS", 400000, "assistant: model tokens per task (0: none)", role)
 	s.Float(&c.Limits.CostUSD, "task-max-cost", "FLEET_ASSISTANT_TASK_MAX_COST", 1, "assistant: spend per task in USD on a priced endpoint (0: none)", role)
@@ -118,7 +128,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("assistant: %w", err)
 	}
-	bs, err := browse.Open(ctx, browse.Options{Attach: cfg.Attach, Profile: filepath.Join(cfg.StateDir, "profile"), Binary: cfg.Chromium, Headful: cfg.Headful})
+	guard, err := newEgress(cfg, log)
+	if err != nil {
+		return err
+	}
+	bo := browse.Options{Attach: cfg.Attach, Profile: filepath.Join(cfg.StateDir, "profile"), Binary: cfg.Chromium, Headful: cfg.Headful,
+		Check: func(ctx context.Context, hostport string) error {
+			_, err := guard.Check(ctx, "tcp", hostport)
+			return err
+		}}
+	if cfg.Attach == "" {
+		// A launched Chromium reaches the network only through the guard's
+		// proxy (loopback included), which checks at dial time.
+		px, err := guard.ListenProxy("127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("assistant: egress proxy: %w", err)
+		}
+		defer px.Close()
+		for _, f := range px.ChromiumFlags() {
+			bo.ExtraFlags = append(bo.ExtraFlags, strings.TrimPrefix(f, "--"))
+		}
+	}
+	bs, err := browse.Open(ctx, bo)
 	if err != nil {
 		return fmt.Errorf("assistant: %w", err)
 	}
@@ -170,6 +201,29 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("assistant: serve: %w", err)
 	}
 	return nil
+}
+
+func newEgress(cfg Config, log *slog.Logger) (*egress.Guard, error) {
+	allow, err := egress.ParseAllow(cfg.EgressAllow)
+	if err != nil {
+		return nil, fmt.Errorf("assistant: --egress-allow: %w", err)
+	}
+	var ports []int
+	for _, p := range cfg.EgressPorts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("assistant: --egress-port %q is not a port number", p)
+		}
+		ports = append(ports, n)
+	}
+	if len(ports) > 0 {
+		ports = append(ports, egress.DefaultPorts...)
+	}
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: allow, Ports: ports}, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("assistant: %w", err)
+	}
+	return g, nil
 }
 
 func browserKind(cfg Config) string {

@@ -45,7 +45,7 @@ func (r *Runner) do(ctx context.Context, ru *run, name string, args any) outcome
 		out.result = "error: " + err.Error()
 	}
 	for _, b := range r.Browser.Blocked() {
-		out.result += "\n(the browser refused a request to " + b + ": not in the task's plan)"
+		out.result += "\n(the browser refused a request to " + b + ")"
 	}
 	return out
 }
@@ -422,6 +422,9 @@ func (r *Runner) hold(ctx context.Context, ru *run, act Action, shoot func() ([]
 		shot = r.shot(ru)
 	}
 	b, _ := json.Marshal(act)
+	// The status first: whoever sees the pending approval sees the task
+	// waiting for it.
+	_ = r.St.SetStatus(ctx, ru.task.ID, store.StatusWaiting, "approval: "+scrub(act.Text, ru.secrets), r.Clock.Now())
 	aid, err := r.St.AddApproval(ctx, ru.task.ID, scrub(string(b), ru.secrets), shot, r.Clock.Now())
 	if err != nil {
 		return false, outcome{status: store.StatusFailed, reason: err.Error()}
@@ -435,7 +438,6 @@ func (r *Runner) hold(ctx context.Context, ru *run, act Action, shoot func() ([]
 		delete(r.decisions, aid)
 		r.mu.Unlock()
 	}()
-	_ = r.St.SetStatus(ctx, ru.task.ID, store.StatusWaiting, fmt.Sprintf("approval %d: %s", aid, act.Text), r.Clock.Now())
 	r.Log.Info("assistant: risky action held for approval", "task", ru.task.ID, "approval", aid, "kind", act.Kind, "reasons", strings.Join(act.Reasons, "; "))
 	var d decision
 	select {

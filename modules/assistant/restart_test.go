@@ -32,7 +32,8 @@ func TestKilledBetweenClickAndRecordPublishesOnce(t *testing.T) {
 	ms := httptest.NewServer(m.Handler())
 	defer ms.Close()
 	dir := t.TempDir()
-	args := []string{"--role=assistant", "--listen=127.0.0.1:0", "--state-dir=" + dir, "--model-url=" + ms.URL, "--model=stub"}
+	args := []string{"--role=assistant", "--listen=127.0.0.1:0", "--state-dir=" + dir, "--model-url=" + ms.URL, "--model=stub",
+		"--egress-allow=127.0.0.1/32", "--egress-port=" + eval.Port(h.StudioURL)}
 
 	p := testenv.Start(t, bin, args)
 	p.WaitFor(`assistant UI: http://\S+`, 90*time.Second)

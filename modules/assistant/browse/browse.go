@@ -37,6 +37,11 @@ type Options struct {
 	Headful bool
 	// Width and Height of the window (default 1280×800).
 	Width, Height int
+	// ExtraFlags go to a launched Chromium (the egress guard's proxy).
+	ExtraFlags []string
+	// Check, when set, is asked about every request's host:port after the
+	// plan admits it (the egress guard: special-purpose ranges, ports).
+	Check func(ctx context.Context, hostport string) error
 }
 
 // Session is the connected browser.
@@ -45,6 +50,8 @@ type Session struct {
 	owned  *browser.Browser
 	router *rod.HijackRouter
 
+	check func(ctx context.Context, hostport string) error
+
 	mu      sync.Mutex
 	allow   func(host string) bool
 	blocked []string
@@ -52,7 +59,7 @@ type Session struct {
 
 // Open launches or attaches.
 func Open(ctx context.Context, o Options) (*Session, error) {
-	s := &Session{}
+	s := &Session{check: o.Check}
 	if o.Attach != "" {
 		u := o.Attach
 		if !strings.HasPrefix(u, "ws") {
@@ -69,7 +76,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		}
 		s.rb = rb.Context(context.Background())
 	} else {
-		b, err := browser.Launch(ctx, browser.Options{Binary: o.Binary, UserDataDir: o.Profile, Headful: o.Headful, Width: o.Width, Height: o.Height})
+		b, err := browser.Launch(ctx, browser.Options{Binary: o.Binary, UserDataDir: o.Profile, Headful: o.Headful, Width: o.Width, Height: o.Height, ExtraFlags: o.ExtraFlags})
 		if err != nil {
 			return nil, fmt.Errorf("browse: %w", err)
 		}
@@ -123,12 +130,27 @@ func (s *Session) filter(h *rod.Hijack) {
 		h.ContinueRequest(&proto.FetchContinueRequest{})
 		return
 	}
+	why := "not in the task's plan"
 	if allow != nil && allow(Host(u)) {
-		h.ContinueRequest(&proto.FetchContinueRequest{})
-		return
+		if s.check == nil {
+			h.ContinueRequest(&proto.FetchContinueRequest{})
+			return
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443", "ws": "80", "wss": "443"}[u.Scheme]
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := s.check(ctx, net.JoinHostPort(u.Hostname(), port))
+		cancel()
+		if err == nil {
+			h.ContinueRequest(&proto.FetchContinueRequest{})
+			return
+		}
+		why = "refused by the egress guard: " + err.Error()
 	}
 	s.mu.Lock()
-	s.blocked = append(s.blocked, u.Scheme+"://"+u.Host+u.Path)
+	s.blocked = append(s.blocked, u.Scheme+"://"+u.Host+u.Path+" ("+why+")")
 	s.mu.Unlock()
 	h.Response.Fail(proto.NetworkErrorReasonBlockedByClient)
 }

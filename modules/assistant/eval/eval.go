@@ -86,7 +86,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer h.Close()
 	cfg := assistant.Config{ModelKind: o.Endpoint, ModelURL: o.URL, Model: o.Model, KeyFile: o.KeyFile,
-		Limits: store.Limits{Steps: 40, Tokens: 300000, WallTime: o.TaskTimeout, Tabs: 6}}
+		Limits:      store.Limits{Steps: 40, Tokens: 300000, WallTime: o.TaskTimeout, Tabs: 6},
+		EgressAllow: []string{"127.0.0.1/32"}, EgressPorts: []string{Port(h.StudioURL)}}
 	if err := h.StartAssistant(ctx, cfg, o.Log); err != nil {
 		return Report{}, err
 	}

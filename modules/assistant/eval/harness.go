@@ -280,3 +280,12 @@ func (h *Harness) Get(path string) (int, string, error) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), nil
 }
+
+// Port is the port of a base URL ("" if none).
+func Port(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return ""
+	}
+	return u.Port()
+}
