@@ -356,7 +356,17 @@ func (r *Runner) click(ctx context.Context, ru *run, id string, n int) (outcome,
 	d := o.reason // the approved values, JSON
 	var values map[string]string
 	_ = json.Unmarshal([]byte(d), &values)
+	if fresh, err := r.St.Task(ctx, ru.task.ID); err == nil {
+		ru.task.KeepLabel = fresh.KeepLabel
+	}
 	for name, val := range values {
+		for _, f := range info.Fields {
+			// An edited content field keeps the label unless the person
+			// removed it for the task (a recorded decision), not by editing.
+			if f.Name == name && f.Type == "textarea" && ru.task.KeepLabel && ru.label != "" && !strings.Contains(val, ru.label) {
+				val = strings.TrimRight(val, "\n") + "\n\n" + ru.label
+			}
+		}
 		full, _, err := r.expand(ctx, ru, val)
 		if err != nil {
 			return outcome{}, err

@@ -423,3 +423,48 @@ func TestUIRefusesStrangers(t *testing.T) {
 	err = assistant.Run(context.Background(), assistant.Config{Listen: "127.0.0.1:0"}, testLogger(io.Discard))
 	require.ErrorContains(t, err, "--state-dir is required")
 }
+
+// The person edits the value before approving: the edited text is what is
+// published, and it keeps the AI-generated label even when the edit dropped
+// it. Removing the label is a per-task decision with a note: then the post
+// goes out without it, and the task shows why.
+func TestEditedValuesAndTheLabelDecision(t *testing.T) {
+	f := start(t, stub.Scripts["post"], nil)
+	id, err := f.Submit(postGoal, f.urls("/brief", "/drafts", "/calendar"), nil)
+	require.NoError(t, err)
+	task, err := f.Wait(id, 90*time.Second, true)
+	require.NoError(t, err)
+	resp, body, err := f.Post("/approvals/"+itoa(task.Pending[0]), url.Values{"decision": {"approve"}, "field.text": {"Lumen ships 14 December. Edited by a person."}})
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode, body)
+	_, err = f.Wait(id, 60*time.Second, false, store.StatusDone)
+	require.NoError(t, err)
+	pubs := f.Studio.Oracle().Publications
+	require.Len(t, pubs, 1)
+	require.Equal(t, "Lumen ships 14 December. Edited by a person.\n\nAI-generated", pubs[0].Text)
+	require.True(t, pubs[0].Labelled)
+
+	// Without a note the label cannot be removed.
+	id2, err := f.Submit(postGoal, f.urls("/brief", "/drafts", "/calendar"), nil)
+	require.NoError(t, err)
+	resp, _, err = f.Post("/tasks/"+itoa(id2)+"/label", url.Values{"keep": {"0"}})
+	require.NoError(t, err)
+	require.Equal(t, 400, resp.StatusCode)
+	resp, _, err = f.Post("/tasks/"+itoa(id2)+"/label", url.Values{"keep": {"0"}, "note": {"the studio page marks AI posts itself"}})
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	task, err = f.Wait(id2, 90*time.Second, true)
+	require.NoError(t, err)
+	_, page, err := f.Get("/approvals/" + itoa(task.Pending[0]))
+	require.NoError(t, err)
+	require.Contains(t, page, "does NOT carry the AI-generated label")
+	require.NoError(t, f.Decide(task.Pending[0], true))
+	_, err = f.Wait(id2, 60*time.Second, false, store.StatusDone)
+	require.NoError(t, err)
+	pubs = f.Studio.Oracle().Publications
+	require.Len(t, pubs, 2)
+	require.False(t, pubs[1].Labelled)
+	_, page, err = f.Get("/tasks/" + itoa(id2))
+	require.NoError(t, err)
+	require.Contains(t, page, "Label removed: the studio page marks AI posts itself")
+}
