@@ -472,3 +472,26 @@ func TestRegressionLateCommitAfterGraceKeysOn(t *testing.T) {
 	require.Zero(t, r.board.Stats().DuplicateConfirmations)
 	require.Zero(t, auditCount(t, r.bundle, "claim.conflict"))
 }
+
+// A job in doubt whose watch job was lost gets a new one from the sweep.
+func TestStrandedWatchIsEnqueuedAgain(t *testing.T) {
+	f := newLate(t, "LD-STRANDED")
+	ctx := context.Background()
+	f.release(t, true)
+	require.True(t, f.watched(t))
+	_, err := f.b.db.Owner.Exec(ctx, `DELETE FROM river_job WHERE kind = 'claim.watch'`)
+	require.NoError(t, err)
+	require.False(t, f.watched(t))
+	require.NoError(t, f.b.engine.SweepAll(ctx))
+	require.True(t, f.watched(t), "the sweep re-enqueued the watch")
+	// A single CONFIRMED without a booking id is no doubt: not watched.
+	f.b.job(t, f.b.tenant, "LD-ONE")
+	l, err := f.b.store.Lease(ctx, claim.LeaseRequest{Tenant: f.b.tenant, Key: "LD-ONE", Holder: f.a1, For: time.Minute})
+	require.NoError(t, err)
+	_, err = f.b.store.StartActing(ctx, f.b.tenant, "LD-ONE", l.Token, f.a1, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, f.b.store.Report(ctx, f.b.tenant, "LD-ONE", l.Token, f.a1, claim.Outcome{Result: claim.Confirmed}))
+	n, err := f.b.store.StrandedWatches(ctx, f.b.tenant, time.Second)
+	require.NoError(t, err)
+	require.Zero(t, n, "not twice")
+}
