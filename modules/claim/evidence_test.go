@@ -286,6 +286,7 @@ func TestConflictIsBoardEvidence(t *testing.T) {
 	require.True(t, conflicts[0].Attempts[0].Conflict)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.conflict"))
 	require.Contains(t, r.logs.String(), claim.ConflictAlarm)
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_conflicts_total", nil))
 	open, err := alarm.ListTenant(ctx, r.db.App, r.tenant, true, 10)
 	require.NoError(t, err)
 	require.Len(t, open, 1, "the conflict alarm is raised")
@@ -353,6 +354,10 @@ func TestRegressionLateCommitAfterGraceKeysOff(t *testing.T) {
 	require.True(t, as[0].LateEvidence)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.late_evidence"))
 	require.Zero(t, r.board.Stats().DuplicateConfirmations)
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_late_evidence_total", map[string]string{"from_state": "RELEASED"}))
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_given_up_total", nil))
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_watch_total", map[string]string{"result": "found"}))
+	require.Zero(t, r.metric(t, "fleet_claim_conflicts_total", nil))
 }
 
 // The watch's waits grow with the time watched and never exceed 30 s.
