@@ -37,6 +37,12 @@ type AgentView struct {
 	// Assistant is the latest report of an enrolled assistant (nil for
 	// other agents).
 	Assistant *wire.AssistantReport
+	// Health marks workers the panel's health sweep found hung or in a
+	// crash loop (their open alarms), with the alarm's summary as detail;
+	// CrashLoop marks the agent process itself.
+	Health       map[string]string
+	HealthDetail map[string]string
+	CrashLoop    bool
 }
 
 // EventView is a recent event of an agent.
@@ -154,7 +160,10 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 				a.Events = append(a.Events, e)
 			}
 		}
-		return ev.Err()
+		if err := ev.Err(); err != nil {
+			return err
+		}
+		return markHealth(ctx, tx, byID)
 	})
 	if err != nil {
 		return Fleet{}, fmt.Errorf("fleet: list: %w", err)
