@@ -290,7 +290,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
 		return err
 	}
-	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")))
+	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
 	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
 		Owner: p.ReplicaID, Registerer: p.Reg})
 	hungAfter, _ := health.ParseHungAfter(cfg.HungAfter)
