@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,12 +25,15 @@ import (
 func TestUnitFailedNotifiesTheJournalAndASignedWebhook(t *testing.T) {
 	bin := testenv.Binary(t)
 	const secret = "whsec_0123456789abcdef"
+	var mu sync.Mutex
 	var got map[string]any
 	var sig string
 	var raw []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, _ = io.ReadAll(r.Body)
-		sig = r.Header.Get("X-Fleetwright-Signature")
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		raw, sig = b, r.Header.Get("X-Fleetwright-Signature")
 		_ = json.Unmarshal(raw, &got)
 	}))
 	defer srv.Close()
@@ -57,16 +61,25 @@ func TestUnitFailedNotifiesTheJournalAndASignedWebhook(t *testing.T) {
 	code, out = run(env, "--unit=fleetwright-agent.service")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "refused")
+	mu.Lock()
 	require.Nil(t, got)
+	mu.Unlock()
 
 	code, out = run(env, "--unit=fleetwright-agent.service", "--allow=127.0.0.1/32", "--port="+u.Port())
 	require.Equal(t, 0, code, out)
+	mu.Lock()
+	defer mu.Unlock()
 	require.Equal(t, "unit_failed", got["event"])
 	require.Equal(t, "fleetwright-agent.service", got["unit"])
 	require.NoError(t, notify.Verify(secret, sig, raw, time.Now(), time.Minute))
 	require.False(t, strings.Contains(out, secret), "the secret is not printed")
 
-	code, out = run(nil)
-	require.Equal(t, 2, code)
-	require.Contains(t, out, "--unit is required")
+}
+
+func TestUnitFailedRefusesAMissingUnit(t *testing.T) {
+	out, err := exec.Command(testenv.Binary(t), "unit-failed").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 2, ee.ExitCode())
+	require.Contains(t, string(out), "--unit is required")
 }
