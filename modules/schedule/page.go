@@ -107,7 +107,9 @@ func (d Deps) render(w http.ResponseWriter, r *http.Request, status int, m pageM
 	views.Render(w, r, status, schedulesPage(d.Shell.Page(w, r, "Schedules"), m))
 }
 
-func (d Deps) page(w http.ResponseWriter, r *http.Request) { d.render(w, r, http.StatusOK, pageModel{}) }
+func (d Deps) page(w http.ResponseWriter, r *http.Request) {
+	d.render(w, r, http.StatusOK, pageModel{})
+}
 
 // preview answers the next five run times of a cron expression in a zone,
 // as the form is filled in (htmx).
