@@ -45,7 +45,9 @@ func (RunArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: Qu
 const Queue = "crawl"
 
 // Queues are the River queues crawl runs need.
-func Queues() map[string]river.QueueConfig { return map[string]river.QueueConfig{Queue: {MaxWorkers: 10}} }
+func Queues() map[string]river.QueueConfig {
+	return map[string]river.QueueConfig{Queue: {MaxWorkers: 10}}
+}
 
 type runWorker struct {
 	river.WorkerDefaults[RunArgs]
