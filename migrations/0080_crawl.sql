@@ -94,3 +94,22 @@ CREATE TABLE tenant_egress (
 ALTER TABLE tenant_egress ENABLE ROW LEVEL SECURITY;
 ALTER TABLE tenant_egress FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_egress_tenant ON tenant_egress USING (tenant_id = app_tenant()) WITH CHECK (tenant_id = app_tenant());
+
+-- The trace an alarm saved: which rule failed, and the run's evidence (URL,
+-- status, redacted headers, a bounded body snapshot, a screenshot in browser
+-- mode).
+CREATE TABLE crawl_traces (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id uuid NOT NULL REFERENCES tenants (id),
+    job_id    uuid NOT NULL,
+    run_id    uuid NOT NULL,
+    rule      text NOT NULL,
+    detail    text NOT NULL,
+    trace     jsonb NOT NULL DEFAULT '{}',
+    at        timestamptz NOT NULL DEFAULT now(),
+    FOREIGN KEY (tenant_id, job_id) REFERENCES crawl_jobs (tenant_id, id)
+);
+CREATE INDEX crawl_traces_job ON crawl_traces (tenant_id, job_id, id DESC);
+ALTER TABLE crawl_traces ENABLE ROW LEVEL SECURITY;
+ALTER TABLE crawl_traces FORCE ROW LEVEL SECURITY;
+CREATE POLICY crawl_traces_tenant ON crawl_traces USING (tenant_id = app_tenant()) WITH CHECK (tenant_id = app_tenant());

@@ -18,8 +18,11 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board/catalog"
+	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -167,6 +170,18 @@ func startCatalog(t *testing.T, cfg catalog.Config) (*catalog.Server, int) {
 	return s, cfg.Port
 }
 
+// openAlarms maps the tenant's open alarm kinds to their summaries.
+func (f *crawlFleet) openAlarms(ctx context.Context) map[string]string {
+	f.t.Helper()
+	open, err := alarm.ListTenant(ctx, f.d.App, f.tenant, true, 50)
+	require.NoError(f.t, err)
+	out := map[string]string{}
+	for _, a := range open {
+		out[a.Kind] = a.Summary
+	}
+	return out
+}
+
 func urlsOf(items []map[string]any) map[string]int {
 	out := map[string]int{}
 	for _, it := range items {
@@ -230,6 +245,17 @@ limits: {concurrency: 6}
 		// A second run finds the same items: nothing new, nothing changed.
 		out = f.runJob("cat-http")
 		require.Contains(t, out, "items 1200 (new 0, changed 0)")
+		require.Empty(t, f.openAlarms(ctx), "healthy runs raise nothing")
+
+		// The catalogue shrinks to a quarter: a sudden drop below half the
+		// trailing median.
+		cat.SetItems(100)
+		out = f.runJob("cat-http")
+		require.Contains(t, out, "items 300 (new 0, changed 0)")
+		require.Contains(t, f.openAlarms(ctx), crawl.AlarmSuddenDrop)
+		cat.SetItems(400)
+		f.runJob("cat-http")
+		require.NotContains(t, f.openAlarms(ctx), crawl.AlarmSuddenDrop, "resolved by a healthy run")
 	})
 
 	t.Run("retry-after", func(t *testing.T) {
@@ -297,5 +323,17 @@ politeness: {delay: 20ms}
 		require.NoError(t, js.SetLayout(2))
 		out = f.runJob("cat-js")
 		require.Contains(t, out, "items 0 (new 0, changed 0)")
+		open := f.openAlarms(ctx)
+		require.Contains(t, open, crawl.AlarmZeroResults)
+		require.Contains(t, open[crawl.AlarmZeroResults], "Zero-result anomaly in crawl cat-js — selector may have changed · Trace saved")
+		traces, err := crawl.NewStore(f.d.App, spec.Options{}).Traces(ctx, f.tenant, "", 5)
+		require.NoError(t, err)
+		require.NotEmpty(t, traces)
+		tr := traces[0]
+		require.Equal(t, crawl.AlarmZeroResults, tr.Rule)
+		require.Equal(t, float64(200), tr.Trace["status"])
+		require.Contains(t, tr.Trace["url"], "/js/catalog?page=1")
+		require.Contains(t, tr.Trace["body"], `class="card"`, "the snapshot shows the new layout")
+		require.LessOrEqual(t, len(tr.Trace["body"].(string)), 8<<10)
 	})
 }

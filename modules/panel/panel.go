@@ -329,6 +329,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	p.CrawlRunner.Store, p.CrawlRunner.Disp, p.CrawlRunner.Egress = p.Crawl.Store, p.Gateway, p.Crawl.Store.Egress
 	p.CrawlRunner.Budget = crawl.NewBudget(p.Cells.RedisOf, clock.Real{})
+	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl")}).OnFinish
 	p.CrawlRunner.Ready()
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	p.bgStop = bgStop
