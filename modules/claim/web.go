@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
@@ -73,7 +74,7 @@ func Mount(r chi.Router, d WebDeps) {
 // by names the signed-in operator for the audit log.
 func by(r *http.Request) audit.Entry {
 	u := auth.UserFrom(r.Context())
-	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr}
+	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r)}
 }
 
 func (w *web) fail(rw http.ResponseWriter, r *http.Request, what string, err error) {
