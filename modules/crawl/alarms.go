@@ -111,8 +111,13 @@ func (r *Rules) OnFinish(ctx context.Context, tenant string, job Job, run Run, t
 		if v.Kind == AlarmZeroResults {
 			sev = alarm.Critical
 		}
+		link := ""
+		var slug string
+		if r.Store.pool.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, tenant).Scan(&slug) == nil {
+			link = fmt.Sprintf("/t/%s/crawl/traces/%d", slug, id)
+		}
 		_, err = alarm.Raise(ctx, r.Store.pool, alarm.Alarm{Kind: v.Kind, Key: job.ID, Tenant: tenant, Severity: sev,
-			Summary: v.Summary + " · Trace saved", Detail: v.Detail, Link: fmt.Sprintf("/crawl/traces/%d", id)})
+			Summary: v.Summary + " · Trace saved", Detail: v.Detail, Link: link})
 		if err != nil {
 			r.Log.Error("crawl: raise alarm", "kind", v.Kind, "err", err)
 		}
@@ -161,6 +166,19 @@ func (s *Store) SaveTrace(ctx context.Context, tenant, jobID, runID, rule, detai
 		return 0, fmt.Errorf("crawl: save trace: %w", err)
 	}
 	return id, nil
+}
+
+// TraceByID reads one saved trace.
+func (s *Store) TraceByID(ctx context.Context, tenant string, id int64) (Trace, error) {
+	var t Trace
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT id, job_id, run_id, rule, detail, trace, at FROM crawl_traces WHERE id = $1`, id).
+			Scan(&t.ID, &t.JobID, &t.RunID, &t.Rule, &t.Detail, &t.Trace, &t.At)
+	})
+	if err != nil {
+		return Trace{}, fmt.Errorf("crawl: trace %d: %w", id, err)
+	}
+	return t, nil
 }
 
 // Traces lists a job's saved traces, newest first.

@@ -126,13 +126,12 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	log.Info("crawl run finished", "state", state, "reason", reason, "pages", x.run.Pages, "items", x.run.Items,
 		"errors", x.run.Errors, "bytes", x.run.Bytes, "duration", end.Sub(start))
 	fctx := context.WithoutCancel(ctx)
-	if err := r.Store.FinishRun(fctx, tenant, x.run, x.trace); err != nil {
-		return err
-	}
+	// The alarm rules run before the run is marked finished: whoever sees
+	// a finished run sees its alarms too.
 	if r.OnFinish != nil {
 		r.OnFinish(fctx, tenant, job, x.run, x.trace)
 	}
-	return nil
+	return r.Store.FinishRun(fctx, tenant, x.run, x.trace)
 }
 
 type execution struct {
