@@ -46,6 +46,7 @@ type agent struct {
 	events      []wire.Event
 	results     map[string]wire.CommandResult // recent command results, for redelivered commands
 	resultOrder []string
+	gateStop    *gateStopper // test-only (StopAfterGateEnv)
 }
 
 const (

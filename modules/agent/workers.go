@@ -234,7 +234,7 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
 	}
 	actx, cancel := context.WithTimeout(ctx, hard)
-	res := book(actx, o.Job.Key, opID, gate)
+	res := book(actx, o.Job.Key, opID, env.gateStop.wrap(gate))
 	cancel()
 	if res.Result == "" {
 		res.Result = wire.ResultUnknown

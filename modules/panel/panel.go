@@ -293,6 +293,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	maps.Copy(queues, claim.Queues())
 	maps.Copy(queues, schedule.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
+		// The replica's id names it in River's leader table, so an operator
+		// (and the load test's panel_freeze) can tell which replica leads.
+		ID:      p.ReplicaID,
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  queues,
 		Workers: workers,
