@@ -145,6 +145,10 @@ type Engine struct {
 	fmu     sync.Mutex
 	filters map[string]cachedFilters
 
+	// watchChecked: when each tenant's lost watches were last looked for.
+	smu          sync.Mutex
+	watchChecked map[string]time.Time
+
 	// flights holds this replica's lease attempt per job (see Lease).
 	lmu     sync.Mutex
 	flights map[string]*leaseFlight
