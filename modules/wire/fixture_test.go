@@ -110,6 +110,10 @@ func allSamples(v int) map[Type]Message {
 		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}},
 		TypePageTask:     samplePageTask(),
 		TypePageResult:   samplePageResult(),
+		TypeAssistantReport: AssistantReport{Model: "ollama qwen2.5:7b", TokensToday: 7223, CostTodayUSD: 0, Tasks: []AssistantTask{{ID: 3,
+			Goal: "Draft the launch post and publish it", Status: "awaiting approval", Steps: 10, Tokens: 7223, Tabs: []string{"brief", "drafts", "calendar"},
+			Progress:        "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
+			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
 	}
 }
 

@@ -135,7 +135,7 @@ var typesV3 = append(append([]Type(nil), typesV1...),
 
 // typesV4 adds version 4's messages to version 3's. Append only.
 var typesV4 = append(append([]Type(nil), typesV3...),
-	TypePageTask, TypePageResult)
+	TypePageTask, TypePageResult, TypeAssistantReport)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
@@ -216,6 +216,8 @@ func newMessage(t Type) Message {
 		return &PageTask{}
 	case TypePageResult:
 		return &PageResult{}
+	case TypeAssistantReport:
+		return &AssistantReport{}
 	}
 	return nil
 }
