@@ -20,6 +20,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
@@ -48,6 +49,8 @@ type HTTPDeps struct {
 	// Schedules is the scheduler behind the schedules page and the
 	// overview's audit figure (nil: left out).
 	Schedules *schedule.Scheduler
+	// Notifier is behind the notification channels page (nil: no page).
+	Notifier *notify.Notifier
 	// Crawl is the crawler behind the crawl pages (nil: no crawl pages).
 	Crawl *crawl.Service
 }
@@ -91,6 +94,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		if d.Notifier != nil {
+			notify.Mount(r, notify.Deps{Notifier: d.Notifier, Shell: shell, Log: d.Log})
+		}
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
