@@ -147,8 +147,10 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// lookup returns the live session of a token; an expired or idle one is ended.
-func (s *Service) lookup(ctx context.Context, token string) (*session, error) {
+// lookup returns the live session of a token; an expired or idle one is
+// ended. active says whether the request counts as the user's activity
+// (see background).
+func (s *Service) lookup(ctx context.Context, token string, active bool) (*session, error) {
 	if token == "" {
 		return nil, nil
 	}
@@ -178,12 +180,21 @@ func (s *Service) lookup(ctx context.Context, token string) (*session, error) {
 	}
 	// A write per request would be a write per page view; a minute's
 	// resolution is plenty for an idle timeout counted in minutes.
-	if now.Sub(se.LastSeen) >= time.Minute {
+	if active && now.Sub(se.LastSeen) >= time.Minute {
 		if _, err := s.d.DB.Exec(ctx, `UPDATE sessions SET last_seen_at = $2 WHERE id::text = $1`, se.ID, now); err != nil {
 			return nil, fmt.Errorf("account: touch session: %w", err)
 		}
 	}
 	return &se, nil
+}
+
+// background reports whether a request is the page refreshing itself, not
+// the user: htmx GETs are the console's polling (live rows and figures every
+// few seconds) and load-time fragments; every click, form and navigation is
+// a plain request or a POST. A tab left open must not keep a session alive
+// past its idle timeout.
+func background(r *http.Request) bool {
+	return r.Header.Get("HX-Request") == "true" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 }
 
 type sessionKey struct{}
@@ -199,7 +210,7 @@ func (s *Service) Middleware(next http.Handler) http.Handler {
 		// The cookie is not registered as a secret before it is verified:
 		// anyone can send any value, and a registered value is blanked out
 		// of every log line (an attacker would erase their address).
-		se, err := s.lookup(r.Context(), token)
+		se, err := s.lookup(r.Context(), token, !background(r))
 		if err != nil {
 			s.d.Log.Error("session lookup failed", "err", err, "path", r.URL.Path)
 			auth.ServerError(w, r)
