@@ -36,6 +36,7 @@ type session struct {
 	EnrolSecret string
 	TOTPSecret  string
 	LastStep    int64
+	MustChange  bool
 	CreatedAt   time.Time
 	LastSeen    time.Time
 	ExpiresAt   time.Time
@@ -157,10 +158,10 @@ func (s *Service) lookup(ctx context.Context, token string, active bool) (*sessi
 	var se session
 	var role string
 	err := s.d.DB.QueryRow(ctx, `SELECT s.id::text, s.user_id::text, u.email, u.role, s.mfa_ok, COALESCE(s.enrol_secret, ''),
-			COALESCE(u.totp_secret, ''), u.totp_last_step, s.created_at, s.last_seen_at, s.expires_at, u.disabled_at IS NOT NULL
+			COALESCE(u.totp_secret, ''), u.totp_last_step, u.must_change_password, s.created_at, s.last_seen_at, s.expires_at, u.disabled_at IS NOT NULL
 		FROM sessions s JOIN users u ON u.id = s.user_id
 		WHERE s.token_hash = $1 AND s.ended_at IS NULL`, hashToken(token)).
-		Scan(&se.ID, &se.UserID, &se.Email, &role, &se.MFAOK, &se.EnrolSecret, &se.TOTPSecret, &se.LastStep,
+		Scan(&se.ID, &se.UserID, &se.Email, &role, &se.MFAOK, &se.EnrolSecret, &se.TOTPSecret, &se.LastStep, &se.MustChange,
 			&se.CreatedAt, &se.LastSeen, &se.ExpiresAt, &se.Disabled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -197,6 +198,29 @@ func background(r *http.Request) bool {
 	return r.Header.Get("HX-Request") == "true" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 }
 
+// mustChangeAllowed lists what a user with a one-time password reaches:
+// the account page to replace it, and signing out.
+func mustChangeAllowed(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/account", "/account/password", "/signout", auth.SignInPath, auth.MFAPath:
+		return true
+	}
+	return false
+}
+
+// mustChangeFirst sends the user to the account page to choose a password.
+func mustChangeFirst(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("HX-Request") == "true" {
+		w.Header().Set("HX-Redirect", "/account")
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		http.Redirect(w, r, "/account", http.StatusSeeOther)
+		return
+	}
+	auth.ErrorPage(w, r, http.StatusForbidden, "Choose your password first",
+		"Your password was set by someone else. Choose your own on the Account page before doing anything else.")
+}
+
 type sessionKey struct{}
 
 // Middleware puts the signed-in user (if any) in the request's context.
@@ -230,6 +254,10 @@ func (s *Service) Middleware(next http.Handler) http.Handler {
 				auth.ServerError(w, r)
 				return
 			}
+		}
+		if se.MFAOK && se.MustChange && !mustChangeAllowed(r) {
+			mustChangeFirst(w, r)
+			return
 		}
 		ctx := auth.WithUser(r.Context(), u)
 		ctx = context.WithValue(ctx, sessionKey{}, se)

@@ -5,12 +5,15 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pquerna/otp/totp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 )
@@ -108,4 +111,75 @@ func TestFleetCommandsOnAnotherTenantsAgentAnswerNotFound(t *testing.T) {
 	cmds, err := c.fleet.Pending(context.Background(), beta.ID, betaAgent)
 	require.NoError(t, err)
 	require.Empty(t, cmds, "nothing queued for the other tenant's agent")
+}
+
+// Item 7 of issue 12: a password someone else chose is one-time: at the
+// first sign-in its user reaches nothing but the account page until they
+// choose their own.
+func TestOneTimePasswordMustBeChangedAtFirstSignIn(t *testing.T) {
+	const pw, mine = "correct horse battery", "Quiet-Harbour-Lantern-42"
+	c := newConsole(t)
+	alpha := c.tenant(t, "alpha")
+	// As `admin create-user` and the Users page create them.
+	u, err := account.CreateUser(context.Background(), c.d.App, account.NewUser{Email: "new@fleet.test", Role: auth.Operator,
+		Password: pw, MustChange: true}, audit.Entry{Actor: "test"})
+	require.NoError(t, err)
+	c.grant(t, u, alpha)
+	cl := browserless()
+	c.enrolled(t, cl, "new@fleet.test", pw)
+	for _, path := range []string{"/", "/audit", "/t/alpha/fleet", "/t/alpha/claims"} {
+		res, _ := do(t, cl, "GET", c.srv.URL+path, nil)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, path)
+		require.Equal(t, "/account", res.Header.Get("Location"), path)
+	}
+	res, _ := do(t, cl, "POST", c.srv.URL+"/t/alpha/claims/pause", url.Values{"paused": {"true"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, body := do(t, cl, "GET", c.srv.URL+"/account", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="must-change"`)
+
+	res, _ = do(t, cl, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {mine}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, cl, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	res, body = do(t, cl, "GET", c.srv.URL+"/account", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotContains(t, body, `data-testid="must-change"`)
+}
+
+// Item 8 of issue 12: changing one's password signs out one's other
+// sessions, and the current-password check is throttled like a sign-in.
+func TestChangingPasswordEndsOtherSessionsAndIsThrottled(t *testing.T) {
+	const pw, next = "correct horse battery", "Quiet-Harbour-Lantern-42"
+	c := newConsole(t)
+	c.user(t, "ops@fleet.test", auth.Operator, pw)
+	here, elsewhere := browserless(), browserless()
+	secret := c.enrolled(t, here, "ops@fleet.test", pw)
+	require.Empty(t, c.signIn(t, elsewhere, "ops@fleet.test", pw))
+	code, err := totp.GenerateCode(secret, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	res, _ := c.code(t, elsewhere, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, elsewhere, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	// Guessing the current password from a stolen session: five tries,
+	// then the wait.
+	for range account.AccountFree {
+		res, _ = do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {"Wrong-Guess-Kettle-77"}, "password": {next}})
+		require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	}
+	res, body := do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {next}})
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	require.Equal(t, "1", res.Header.Get("Retry-After"))
+	require.Contains(t, body, "too many attempts")
+	time.Sleep(1100 * time.Millisecond)
+
+	res, _ = do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {next}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, here, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, "this session stays")
+	res, _ = do(t, elsewhere, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "the other one is signed out")
+	require.Contains(t, res.Header.Get("Location"), "/signin")
 }
