@@ -33,8 +33,11 @@ type session struct {
 	Email       string
 	Role        auth.Role
 	MFAOK       bool
-	EnrolSecret string
-	TOTPSecret  string
+	EnrolSecret string // opened
+	TOTPSecret  string // opened
+	// totpStored is the seed as stored (sealed): what a conditional
+	// UPDATE compares, so a seed changed meanwhile is not overwritten.
+	totpStored  string
 	LastStep    int64
 	MustChange  bool
 	CreatedAt   time.Time
@@ -161,7 +164,7 @@ func (s *Service) lookup(ctx context.Context, token string, active bool) (*sessi
 			COALESCE(u.totp_secret, ''), u.totp_last_step, u.must_change_password, s.created_at, s.last_seen_at, s.expires_at, u.disabled_at IS NOT NULL
 		FROM sessions s JOIN users u ON u.id = s.user_id
 		WHERE s.token_hash = $1 AND s.ended_at IS NULL`, hashToken(token)).
-		Scan(&se.ID, &se.UserID, &se.Email, &role, &se.MFAOK, &se.EnrolSecret, &se.TOTPSecret, &se.LastStep, &se.MustChange,
+		Scan(&se.ID, &se.UserID, &se.Email, &role, &se.MFAOK, &se.EnrolSecret, &se.totpStored, &se.LastStep, &se.MustChange,
 			&se.CreatedAt, &se.LastSeen, &se.ExpiresAt, &se.Disabled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -170,6 +173,12 @@ func (s *Service) lookup(ctx context.Context, token string, active bool) (*sessi
 		return nil, fmt.Errorf("account: session: %w", err)
 	}
 	se.Role = auth.Role(role)
+	if se.TOTPSecret, err = openSeed(s.d.Vault, se.totpStored, totpContext(se.UserID)); err != nil {
+		return nil, err
+	}
+	if se.EnrolSecret, err = openSeed(s.d.Vault, se.EnrolSecret, enrolContext(se.ID)); err != nil {
+		return nil, err
+	}
 	now := s.d.Clock.Now()
 	idle := s.d.SessionIdle
 	if !se.MFAOK {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +183,82 @@ func TestChangingPasswordEndsOtherSessionsAndIsThrottled(t *testing.T) {
 	res, _ = do(t, elsewhere, "GET", c.srv.URL+"/audit", nil)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, "the other one is signed out")
 	require.Contains(t, res.Header.Get("Location"), "/signin")
+}
+
+// Item 10 of issue 12: operators' TOTP seeds are sealed with the panel's
+// key, the enrolment copy is gone once enrolment ends, and seeds stored in
+// clear by an older version are sealed at start and keep working.
+func TestOperatorTOTPSeedsAreSealedAndEnrolmentCopiesCleared(t *testing.T) {
+	ctx := context.Background()
+	const pw = "correct horse battery"
+	c := newConsole(t)
+	c.user(t, "ops@fleet.test", auth.Operator, pw)
+	super, err := pgx.Connect(ctx, c.d.SuperURL)
+	require.NoError(t, err)
+	defer super.Close(ctx)
+	column := func(q string, args ...any) []string {
+		rows, err := super.Query(ctx, q, args...)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+
+	cl := browserless()
+	secret := c.signIn(t, cl, "ops@fleet.test", pw)
+	require.NotEmpty(t, secret)
+	pending := column(`SELECT enrol_secret FROM sessions WHERE enrol_secret IS NOT NULL`)
+	require.Len(t, pending, 1)
+	require.True(t, strings.HasPrefix(pending[0], "sealed:v1:"), "the enrolment copy is sealed")
+	require.NotContains(t, pending[0], secret)
+	code, err := totp.GenerateCode(secret, time.Now())
+	require.NoError(t, err)
+	res, _ := c.code(t, cl, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+
+	stored := column(`SELECT totp_secret FROM users WHERE email = 'ops@fleet.test'`)
+	require.True(t, strings.HasPrefix(stored[0], "sealed:v1:"), stored[0])
+	require.NotContains(t, stored[0], secret)
+	require.Empty(t, column(`SELECT enrol_secret FROM sessions WHERE enrol_secret IS NOT NULL`), "enrolment ended: no copy left")
+	// Copied onto another user, a sealed seed does not open.
+	other := c.user(t, "other@fleet.test", auth.Operator, pw)
+	_, err = super.Exec(ctx, `UPDATE users SET totp_secret = $2 WHERE id::text = $1`, other.ID, stored[0])
+	require.NoError(t, err)
+	otherCl := browserless()
+	res, _ = do(t, otherCl, "POST", c.srv.URL+"/signin", url.Values{"email": {"other@fleet.test"}, "password": {pw}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, otherCl, "GET", c.srv.URL+auth.MFAPath, nil)
+	require.Equal(t, http.StatusInternalServerError, res.StatusCode, "a seed bound to another user is refused")
+
+	// The same person signs in again: the sealed seed is opened to check.
+	cl2 := browserless()
+	require.Empty(t, c.signIn(t, cl2, "ops@fleet.test", pw))
+	code, err = totp.GenerateCode(secret, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	res, _ = c.code(t, cl2, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+
+	// Rows from before: a clear seed, and a clear enrolment copy in an ended
+	// session (written with triggers off, as an older version left them).
+	legacy := c.user(t, "legacy@fleet.test", auth.Operator, pw)
+	const legacySeed = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
+	_, err = super.Exec(ctx, "SET session_replication_role = replica")
+	require.NoError(t, err)
+	_, err = super.Exec(ctx, `UPDATE users SET totp_secret = $2 WHERE id::text = $1`, legacy.ID, legacySeed)
+	require.NoError(t, err)
+	_, err = super.Exec(ctx, `UPDATE sessions SET enrol_secret = 'KRSXG5CTMVRXEZLUKRSXG5CTMVRXEZLU' WHERE ended_at IS NOT NULL`)
+	require.NoError(t, err)
+	_, err = super.Exec(ctx, "SET session_replication_role = origin")
+	require.NoError(t, err)
+	n, err := account.SealStoredSeeds(ctx, c.d.App, c.vault)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Empty(t, column(`SELECT enrol_secret FROM sessions WHERE enrol_secret IS NOT NULL`))
+	require.Empty(t, column(`SELECT totp_secret FROM users WHERE totp_secret NOT LIKE 'sealed:v1:%'`), "no seed left in clear")
+	cl3 := browserless()
+	require.Empty(t, c.signIn(t, cl3, "legacy@fleet.test", pw))
+	code, err = totp.GenerateCode(legacySeed, time.Now())
+	require.NoError(t, err)
+	res, _ = c.code(t, cl3, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "the legacy authenticator still works")
 }
