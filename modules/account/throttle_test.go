@@ -195,7 +195,7 @@ func TestArgon2idRunsAreBounded(t *testing.T) {
 	require.NoError(t, err)
 	hashMaxSeen.Store(0)
 	var wg sync.WaitGroup
-	for range 4 * cap(hashSlots) {
+	for range 2 * cap(hashSlots) {
 		wg.Go(func() {
 			ok, err := checkPassword(context.Background(), "Quiet-Harbour-Lantern-42", h)
 			require.NoError(t, err)
