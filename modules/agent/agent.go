@@ -83,6 +83,8 @@ type WorkerEnv struct {
 	Event func(wire.Event)
 	Clock clock.Clock
 	Log   *slog.Logger
+	// gateStop is the test-only StopAfterGateEnv hook (nil: none).
+	gateStop *gateStopper
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -247,6 +249,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 			ErrAlreadyRetired, mark.At.Format(time.RFC3339), mark.Reason, cfg.StateDir)
 	}
 	a := newAgent(cfg, logger, st, token, wsURL)
+	a.gateStop = newGateStopper(logger)
 	return a.run(ctx)
 }
 
@@ -256,13 +259,13 @@ func (c *Config) Register(s *config.Set) {
 	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws", role)
 	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
-	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600)", config.Roles("agent", "agent reset-state"))
+	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "agent reset-state", "assistant"))
 }
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
-		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind)}
+		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop}
 }
 
 func (a *agent) setCurrent(s *session) {

@@ -118,6 +118,8 @@ type claimsModel struct {
 	Window      string
 	Claims      []Claim
 	Dups        int
+	Safety      SafetyCounts
+	Conflicts   []Conflict
 	Query       string
 	FleetPaused bool
 	States      []State
@@ -142,6 +144,12 @@ func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 		return m, err
 	}
 	if m.Dups, _, err = w.Engine.store.DuplicateConfirmations(ctx, at.ID); err != nil {
+		return m, err
+	}
+	if m.Safety, err = w.Engine.store.Safety(ctx, at.ID); err != nil {
+		return m, err
+	}
+	if m.Conflicts, err = w.Engine.store.Conflicts(ctx, at.ID, 20); err != nil {
 		return m, err
 	}
 	m.FleetPaused, err = w.Engine.store.FleetPaused(ctx)
