@@ -2,9 +2,9 @@ package testenv
 
 import (
 	"bytes"
-	"path/filepath"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"

@@ -99,7 +99,6 @@ func Dir(t testing.TB) string {
 	return baseDir
 }
 
-
 func startPostgres(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -37,13 +37,13 @@ type session struct {
 	TOTPSecret  string // opened
 	// totpStored is the seed as stored (sealed): what a conditional
 	// UPDATE compares, so a seed changed meanwhile is not overwritten.
-	totpStored  string
-	LastStep    int64
-	MustChange  bool
-	CreatedAt   time.Time
-	LastSeen    time.Time
-	ExpiresAt   time.Time
-	Disabled    bool
+	totpStored string
+	LastStep   int64
+	MustChange bool
+	CreatedAt  time.Time
+	LastSeen   time.Time
+	ExpiresAt  time.Time
+	Disabled   bool
 }
 
 func newToken() (token string, hash []byte) {
