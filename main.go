@@ -52,6 +52,7 @@ var commands = []struct{ name, help string }{
 	{"assistant eval", "run the Demo Studio tasks against a model (--model, --model-endpoint, --model-url) and report success, steps, tokens and time per task"},
 	{"crawl validate", "check crawl job files (docs/CRAWL.md): every bad field's path and line; exit 1 on any error"},
 	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
+	{"unit-failed", "tell the journal and a signed webhook (FLEET_NOTIFY_WEBHOOK) that a systemd unit failed for good (--unit NAME); run by fleetwright-failure@.service"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
@@ -110,6 +111,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd == "fetch" {
 		return runFetch(args, stdout, stderr)
+	}
+	if cmd == "unit-failed" {
+		return runUnitFailed(args, stdout, stderr)
 	}
 	if cmd == "loadtest" {
 		return runLoadtest(args, stdout, stderr)
@@ -178,6 +182,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exit(stderr, board.Run(ctx, o.board, log))
 	case "assistant":
 		o.assistant.Listen, o.assistant.StateDir, o.assistant.Out = o.listen, o.agent.StateDir, stdout
+		o.assistant.Panel, o.assistant.TokenFile, o.assistant.Build = o.agent.PanelURL, o.agent.TokenFile, version
 		if !s.Given("listen") {
 			o.assistant.Listen = assistant.DefaultListen
 		}
