@@ -124,7 +124,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	c := &conn{g: g, ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
-		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{},
+		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
 	c.serve(r.Context())
 }
@@ -142,7 +142,8 @@ type conn struct {
 	offset  wire.Estimate
 	pings   map[string]time.Time
 	lookups map[string]chan wire.LookupResult
-	sent    map[string]bool // commands written on this connection
+	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
+	sent    map[string]bool                 // commands written on this connection
 	sem     chan struct{}
 	// heard is signalled (without blocking) whenever the agent's frame
 	// arrives: the writer's silence limit starts again.
@@ -465,6 +466,8 @@ func (c *conn) reader(ctx context.Context) {
 			if ch != nil {
 				ch <- m
 			}
+		case wire.PageResult:
+			c.pageResult(m)
 		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
 			if !c.claim(ctx, f.Message) {
 				return

@@ -29,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/panel"
@@ -84,7 +85,7 @@ func newConsoleWith(t *testing.T, trusted []netip.Prefix) *console {
 	notifier := notify.New(d.App, v, notify.Config{Log: log, HTTP: g.Client(egress.ClientOptions{MaxRedirects: -1})})
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Vault: v, Notifier: notifier})
+		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Vault: v, Notifier: notifier, Crawl: crawl.NewService(d.App, nil, nil)})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
 	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk, vault: v}

@@ -19,6 +19,8 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/crawl"
+	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
@@ -53,6 +55,8 @@ type HTTPDeps struct {
 	Schedules *schedule.Scheduler
 	// Notifier is behind the notification channels page (nil: no page).
 	Notifier *notify.Notifier
+	// Crawl is the crawler behind the crawl pages (nil: no crawl pages).
+	Crawl *crawl.Service
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -105,6 +109,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		}
 		if d.Claims != nil {
 			claim.Mount(r, claim.WebDeps{Engine: d.Claims, Shell: shell, Log: d.Log})
+		}
+		if d.Crawl != nil {
+			crawlweb.Mount(r, crawlweb.Deps{Service: d.Crawl, Shell: shell, Log: d.Log})
 		}
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { auth.NotFound(w, req) })

@@ -40,6 +40,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/health"
 	"github.com/fleetwright/fleetwright/modules/notify"
@@ -198,7 +199,10 @@ type Panel struct {
 	// Schedules runs recurring work; modules register their kinds on it
 	// (Schedules.Register) before or after Start.
 	Schedules *schedule.Scheduler
-	srv       *server.Server
+	// Crawl is the crawler's jobs and runs; CrawlRunner executes runs.
+	Crawl       *crawl.Service
+	CrawlRunner *crawl.Runner
+	srv         *server.Server
 	// embedded counts the supervised embedded services' restarts.
 	embedded *embedded.Metrics
 	// supervised names the embedded services this panel supervises.
@@ -333,7 +337,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
 	p.Claims.AddWorkers(workers)
+	// Crawl runs: the runner's dispatcher (the gateway) and its budget's
+	// Redis (the cells) are attached once they exist.
+	p.CrawlRunner = &crawl.Runner{Clock: clock.Real{}, Log: log.With("component", "crawl")}
+	crawl.AddWorkers(workers, p.CrawlRunner)
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}}
+	maps.Copy(queues, crawl.Queues())
 	maps.Copy(queues, claim.Queues())
 	maps.Copy(queues, schedule.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
@@ -413,6 +422,14 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
+	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
+	if err := p.Crawl.RegisterSchedule(); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	p.CrawlRunner.Store, p.CrawlRunner.Disp, p.CrawlRunner.Egress = p.Crawl.Store, p.Gateway, p.Crawl.Store.Egress
+	p.CrawlRunner.Budget = crawl.NewBudget(p.Cells.RedisOf, clock.Real{})
+	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl")}).OnFinish
+	p.CrawlRunner.Ready()
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	p.bgStop = bgStop
 	p.bg.Add(1)
@@ -428,7 +445,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims, Schedules: p.Schedules, TrustedProxies: trusted, Vault: v, Notifier: notifier})
+		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: trusted, Vault: v, Notifier: notifier})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
