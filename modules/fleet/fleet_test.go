@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -253,7 +254,7 @@ func TestGoldenV1HelloIsWelcomedAndTooOldIsRefusedWithRange(t *testing.T) {
 	require.Equal(t, wire.RejectIncompatibleVersion, rj.Reason)
 	require.Equal(t, wire.MinSupported, rj.MinVersion)
 	require.Equal(t, wire.Current, rj.MaxVersion)
-	require.Contains(t, rj.Message, "panel speaks 1..3")
+	require.Contains(t, rj.Message, fmt.Sprintf("panel speaks %d..%d", wire.MinSupported, wire.Current))
 }
 
 func TestUnknownTokenAndMalformedMessagesNeverCrashThePanel(t *testing.T) {
