@@ -148,6 +148,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// Supervised like the panel's own: restarted when it dies, counted on
+	// the panel's /metrics as fleet_embedded_restarts_total{service="redis:cell-b"}.
+	rdsB.Supervise(p.Supervision("redis:" + CellB))
 	bcfg := board.Defaults()
 	// On disk, not in memory: load ids go on from the last start, because
 	// the panel's cells remember ids they saw until the loads expire.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,6 +76,7 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	first := claimsConfirmed(t, run.board, info.BoardAdminToken, 0)
 	panelConfirmed(t, data)
 	crash(t, data, cl, run.console)
+	heal(t, data, run.console)
 
 	// The one-time password is printed once and logged nowhere; no token
 	// reaches the output.
@@ -346,4 +348,86 @@ func agentLogs(t *testing.T, data string) {
 		}
 		t.Logf("log of %s:\n%s", a.Name(), strings.Join(lines, "\n"))
 	}
+}
+
+// heal plays the OOM killer on the demo's embedded services: SIGKILL the
+// default cell's redis-server, then every process of the Postgres cluster.
+// The panel starts each again, its cells reconnect on their own, claims of
+// the default cell's tenants are confirmed again, and /metrics counts both
+// restarts.
+func heal(t *testing.T, data, console string) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(data, "postgres"))
+	require.NoError(t, err)
+	pool, err := db.Open(ctx, pg.AppURL(), 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	cellA := map[string]string{}
+	for _, tn := range demo.Tenants {
+		if tn.Cell == "default" {
+			var id string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT id::text FROM tenants WHERE slug = $1`, tn.Slug).Scan(&id))
+			cellA[tn.Slug] = id
+		}
+	}
+	require.NotEmpty(t, cellA)
+	// confirmedSince counts the default cell's claims confirmed after since.
+	confirmedSince := func(since time.Time) (bool, string) {
+		total := 0
+		for slug, id := range cellA {
+			var n int
+			if err := db.TenantRow(ctx, pool, id, `SELECT count(*) FROM claims WHERE state = 'CONFIRMED' AND confirmed_at > $1`, since).Scan(&n); err != nil {
+				return false, slug + ": " + err.Error()
+			}
+			total += n
+		}
+		return total > 0, strconv.Itoa(total)
+	}
+	pidOf := func(path string) int {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+		return n
+	}
+
+	redisPid := pidOf(filepath.Join(data, "redis", "redis.pid"))
+	require.NotZero(t, redisPid)
+	require.NoError(t, syscall.Kill(redisPid, syscall.SIGKILL))
+	killed := time.Now()
+	waitUntil(t, 30*time.Second, "the panel starts its redis-server again", func() (bool, string) {
+		n := pidOf(filepath.Join(data, "redis", "redis.pid"))
+		return n != 0 && n != redisPid && syscall.Kill(n, 0) == nil, strconv.Itoa(n)
+	})
+	waitUntil(t, 90*time.Second, "the default cell claims again after its Redis came back", func() (bool, string) {
+		return confirmedSince(killed)
+	})
+
+	procs := pg.Processes()
+	require.GreaterOrEqual(t, len(procs), 3, "the cluster's processes: %v", procs)
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	killed = time.Now()
+	waitUntil(t, 60*time.Second, "the panel starts its Postgres again", func() (bool, string) {
+		now := pg.Processes()
+		for _, pid := range procs {
+			if slices.Contains(now, pid) {
+				return false, "old process still there"
+			}
+		}
+		return len(now) >= 3, fmt.Sprint(now)
+	})
+	waitUntil(t, 2*time.Minute, "claims are confirmed again after Postgres came back", func() (bool, string) {
+		return confirmedSince(killed)
+	})
+	res, err := http.Get(console + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Contains(t, string(body), `fleet_embedded_restarts_total{service="redis:default"} 1`)
+	require.Contains(t, string(body), `fleet_embedded_restarts_total{service="postgres"} 1`)
+	require.Contains(t, string(body), `fleet_embedded_failed{service="redis:cell-b"} 0`)
 }

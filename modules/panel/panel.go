@@ -32,10 +32,12 @@ import (
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/account"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
 // Config is the panel's configuration.
@@ -137,12 +139,19 @@ type Panel struct {
 	// Lookuper (Claims.SetOfferer, Claims.SetLookuper).
 	Claims *claim.Engine
 	// Cells runs the claim engine's cells (Redis dedupe, streams, offers).
-	Cells  *cell.Manager
-	srv    *server.Server
-	bg     sync.WaitGroup
-	bgStop context.CancelFunc
-	hbStop context.CancelFunc
-	hbDone chan struct{}
+	Cells *cell.Manager
+	// Schedules runs recurring work; modules register their kinds on it
+	// (Schedules.Register) before or after Start.
+	Schedules *schedule.Scheduler
+	srv       *server.Server
+	// embedded counts the supervised embedded services' restarts.
+	embedded *embedded.Metrics
+	// supervised names the embedded services this panel supervises.
+	supervised []string
+	bg         sync.WaitGroup
+	bgStop     context.CancelFunc
+	hbStop     context.CancelFunc
+	hbDone     chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -187,6 +196,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.lock, err = embedded.LockDataDir(cfg.DataDir, "a fleetwright panel"); err != nil {
 		return err
 	}
+	p.Reg = prometheus.NewRegistry()
+	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.embedded = embedded.NewMetrics(p.Reg)
 	ownerURL, appURL := cfg.DatabaseURL, cfg.DatabaseAppURL
 	if ownerURL == "" {
 		p.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{
@@ -195,6 +207,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		p.pg.Supervise(p.Supervision("postgres"))
 		ownerURL, appURL = p.pg.OwnerURL(), p.pg.AppURL()
 	}
 	redisURL := cfg.RedisURL
@@ -203,6 +216,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		p.rds.Supervise(p.Supervision("redis:" + cell.DefaultCell))
 		redisURL = p.rds.URL(0)
 	}
 	if err := migrate(ctx, ownerURL, appURL, log); err != nil {
@@ -217,6 +231,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err := db.CheckRowSecurity(ctx, p.DB); err != nil {
 		return err
 	}
+	for _, svc := range p.supervised {
+		p.resolveEmbedded(svc)
+	}
 	ropts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return errors.New("panel: malformed Redis URL (check FLEET_REDIS_URL)")
@@ -224,8 +241,6 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	logging.RegisterSecret(ropts.Password)
 	p.Redis = redis.NewClient(ropts)
 
-	p.Reg = prometheus.NewRegistry()
-	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.Health = server.NewHealth(p.Reg)
 	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
 	// A cell's Redis is reported, never fatal to readiness: a failing cell
@@ -238,13 +253,18 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
 		return err
 	}
+	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")))
+	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
+		Owner: p.ReplicaID, Registerer: p.Reg})
 	workers := river.NewWorkers()
+	p.Schedules.AddWorkers(workers)
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
 	p.Claims.AddWorkers(workers)
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}}
 	maps.Copy(queues, claim.Queues())
+	maps.Copy(queues, schedule.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  queues,
@@ -265,12 +285,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
-		}, p.Claims.PeriodicJobs()...),
+		}, append(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs()...)...),
 	})
 	if err != nil {
 		return fmt.Errorf("panel: river: %w", err)
 	}
 	p.Claims.Store().SetEnqueuer(p.River)
+	p.Schedules.SetEnqueuer(p.River)
 	// A pause switch reaches the agents as a configure command.
 	p.Claims.Store().SetAgentNotifier(fleet.PauseNotifier{})
 	if err := p.River.Start(ctx); err != nil {
@@ -343,6 +364,46 @@ func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) err
 	defer owner.Close()
 	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, log)
 }
+
+// Supervision is how the panel supervises an embedded service it runs (its
+// Postgres, its Redis; the demo's second cell's Redis): restarted with a
+// unit's budget, counted in fleet_embedded_restarts_total{service}, and a
+// spent budget logged as an alarm and shown as fleet_embedded_failed.
+func (p *Panel) Supervision(service string) embedded.Supervision {
+	p.supervised = append(p.supervised, service)
+	if p.DB != nil {
+		// Supervised from now on, so running: an alarm of an earlier run is over.
+		p.resolveEmbedded(service)
+	}
+	return embedded.Supervision{Service: service, Metrics: p.embedded, Log: p.log.With("component", "embedded"),
+		OnGiveUp: func(service string) {
+			// A spent Postgres cannot record its own alarm: the error log
+			// and fleet_embedded_failed carry it then.
+			if p.DB == nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := alarm.Raise(ctx, p.DB, alarm.Alarm{Kind: embeddedFailedAlarm, Key: service, Severity: alarm.Critical,
+				Summary: "the embedded " + service + " keeps dying and was not started again",
+				Detail:  "It died more than 5 times within 300 s, so the panel stopped restarting it (fleet_embedded_failed). Its own log and the panel's say why; fix the cause, then restart the panel."})
+			if err != nil {
+				p.log.Error("the embedded service's alarm could not be recorded", "service", service, "err", err)
+			}
+		}}
+}
+
+func (p *Panel) resolveEmbedded(service string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := alarm.Resolve(ctx, p.DB, alarm.System, embeddedFailedAlarm, service, "panel start"); err != nil {
+		p.log.Warn("could not resolve the embedded service's alarm", "service", service, "err", err)
+	}
+}
+
+// embeddedFailedAlarm is the alarm of an embedded service whose restart
+// budget is spent; a panel start resolves it (the service runs again).
+const embeddedFailedAlarm = "embedded.failed"
 
 // Serve serves HTTP until Stop (Start only binds the listener).
 func (p *Panel) Serve() error { return p.srv.Serve() }
