@@ -22,7 +22,9 @@ type rawAgent struct {
 	ws *websocket.Conn
 }
 
-func connectRaw(t *testing.T, url, token string) *rawAgent { return connectRawV(t, url, token, wire.Current) }
+func connectRaw(t *testing.T, url, token string) *rawAgent {
+	return connectRawV(t, url, token, wire.Current)
+}
 
 func connectRawV(t *testing.T, url, token string, v int) *rawAgent {
 	t.Helper()
