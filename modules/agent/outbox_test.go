@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/modules/agent/store"
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -82,4 +84,32 @@ func TestTransientOutcomeFailureIsKeptAndRetried(t *testing.T) {
 	q, err := st.Outbox(ctx)
 	require.NoError(t, err)
 	require.Empty(t, q, "applied: the report left the outbox")
+}
+
+// TestMismatchedIdempotencySettingRefusesToClaim: the board honours
+// idempotency keys but the tenant's setting says it does not; the actor
+// claims nothing (no lease is even asked for) and reports why, naming the
+// setting to change. With the setting fixed it books.
+func TestMismatchedIdempotencySettingRefusesToClaim(t *testing.T) {
+	ctx := context.Background()
+	s, creds := boardAccount(t, func(c *board.Config) { c.IdempotencyKeys = true })
+	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "h1", Kind: KindHTTPActor})
+	runAgent(t, p, "")
+	p.waitConnected(t)
+	p.event(t, "session_refreshed", 20*time.Second)
+
+	loads, err := s.Publish(ctx, 1, nil)
+	require.NoError(t, err)
+	p.offer(t, loads[0])
+	e := p.event(t, "idempotency_mismatch", 10*time.Second)
+	require.Equal(t, wire.LevelError, e.Level)
+	require.Contains(t, e.Message, "honours idempotency keys")
+	require.Contains(t, e.Message, "Claim settings")
+	_, err = p.claims.Get(ctx, p.tenant, loads[0].ID)
+	require.Error(t, err, "not even leased")
+	require.EqualValues(t, 0, s.Stats().BookingRequests)
+
+	require.NoError(t, p.claims.SetHonoursIdempotency(ctx, audit.Entry{Actor: "admin"}, p.tenant, "sandbox", true))
+	p.offer(t, loads[0])
+	require.Equal(t, wire.ResultConfirmed, p.outcome(t, 20*time.Second).Result)
 }
