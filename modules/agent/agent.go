@@ -83,6 +83,8 @@ type WorkerEnv struct {
 	Event func(wire.Event)
 	Clock clock.Clock
 	Log   *slog.Logger
+	// gateStop is the test-only StopAfterGateEnv hook (nil: none).
+	gateStop *gateStopper
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -247,6 +249,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 			ErrAlreadyRetired, mark.At.Format(time.RFC3339), mark.Reason, cfg.StateDir)
 	}
 	a := newAgent(cfg, logger, st, token, wsURL)
+	a.gateStop = newGateStopper(logger)
 	return a.run(ctx)
 }
 
@@ -262,7 +265,7 @@ func (c *Config) Register(s *config.Set) {
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
-		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind)}
+		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop}
 }
 
 func (a *agent) setCurrent(s *session) {

@@ -45,6 +45,7 @@ type agent struct {
 	events      []wire.Event
 	results     map[string]wire.CommandResult // recent command results, for redelivered commands
 	resultOrder []string
+	gateStop    *gateStopper // test-only (StopAfterGateEnv)
 }
 
 const (

@@ -264,7 +264,7 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform
 	if idem == "" {
 		idem = opID
 	}
-	res := book(actx, o.Job.Key, idem, gate)
+	res := book(actx, o.Job.Key, idem, env.gateStop.wrap(gate))
 	cancel()
 	if res.Result == "" {
 		res.Result = wire.ResultUnknown

@@ -36,7 +36,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // every agent online on each tenant's fleet page and the board confirm
 // claims with no duplicate, stops with SIGINT leaving no process behind, and
 // starts again on the same data: nothing is created twice, tokens are
-// reused, a new one-time password works and claims go on.
+// reused, the admin signs in with the same password and authenticator and
+// claims go on; a third start with --reset-admin prints a new password.
+// Every console link the banner prints opens its page.
 func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir, err := os.MkdirTemp(testenv.Dir(t), "demo-")
@@ -71,7 +73,13 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 		tokens[a.Name()] = strings.TrimSpace(string(b))
 	}
 
-	cl := signIn(t, run.console, run.password)
+	cl, secret := signIn(t, run.console, run.password)
+	// Every link the banner prints opens the page it names.
+	for _, l := range run.links {
+		res, _ := do(t, cl, "GET", l, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, "printed link %s", l)
+	}
+	require.GreaterOrEqual(t, len(run.links), 4)
 	fleetOnline(t, cl, run.console)
 	first := claimsConfirmed(t, run.board, info.BoardAdminToken, 0)
 	panelConfirmed(t, data)
@@ -87,10 +95,12 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 
 	stop(t, p, data)
 
-	// Second start on the same data: reused, not created again.
+	// Second start on the same data: reused, not created again; the admin
+	// keeps their password and authenticator (no new one-time password).
 	p = testenv.Start(t, bin, args)
 	run2 := follow(t, p)
-	require.NotEqual(t, run.password, run2.password, "a new one-time password at each start")
+	require.Empty(t, run2.password, "a later start prints no one-time password")
+	require.NotContains(t, p.Output(), "one-time password")
 	require.NotContains(t, p.Output(), "tenant created", "tenants are reused")
 	for _, a := range demo.Agents {
 		b, err := os.ReadFile(demo.TokenFile(data, a))
@@ -99,23 +109,50 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	}
 	info2 := readInfo(t, data)
 	require.Equal(t, info.BoardAdminToken, info2.BoardAdminToken, "the board keeps its admin token")
-	res, _ := do(t, browserless(), "POST", run2.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {run.password}})
-	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the last start's password no longer works")
-	cl = signIn(t, run2.console, run2.password)
+	cl = signInEnrolled(t, run2.console, run.password, secret)
 	fleetOnline(t, cl, run2.console)
 	claimsConfirmed(t, run2.board, info2.BoardAdminToken, first)
 	stop(t, p, data)
+
+	// Third start with --reset-admin: a new one-time password, the old one
+	// refused, and enrolment again at the next sign-in.
+	p = testenv.Start(t, bin, append(args, "--reset-admin"))
+	run3 := follow(t, p)
+	require.NotEmpty(t, run3.password)
+	require.NotEqual(t, run.password, run3.password)
+	res, _ := do(t, browserless(), "POST", run3.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {run.password}})
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the reset password no longer works")
+	signIn(t, run3.console, run3.password)
+	stop(t, p, data)
 }
 
-type started struct{ console, board, password string }
+type started struct {
+	console, board, password string
+	// links are the console pages the banner names.
+	links []string
+}
 
-// follow waits for the banner and reads the URLs and the password from it.
+var bannerLinkRe = regexp.MustCompile(`(?m)^  (?:Console|Claims|Alarms):.*$`)
+var urlRe = regexp.MustCompile(`http://127\.0\.0\.1:\d+/\S*`)
+
+// follow waits for the banner and reads the URLs, the password (only on
+// the start that sets one) and the console links from it.
 func follow(t *testing.T, p *testenv.Proc) started {
 	t.Helper()
 	var s started
-	s.password = p.WaitFor(`one-time password: (\S+)`, 2*time.Minute)
-	s.console = p.WaitFor(`Console:\s+(http://127\.0\.0\.1:\d+)/`, time.Second)
+	s.console = p.WaitFor(`Console:\s+(http://127\.0\.0\.1:\d+)/`, 2*time.Minute)
 	s.board = p.WaitFor(`Board:\s+(http://127\.0\.0\.1:\d+)/`, time.Second)
+	p.WaitFor(`(Ctrl-C) stops everything`, 10*time.Second)
+	if m := regexp.MustCompile(`one-time password: (\S+)`).FindStringSubmatch(p.Output()); m != nil {
+		s.password = m[1]
+	}
+	for _, line := range bannerLinkRe.FindAllString(p.Output(), -1) {
+		for _, u := range urlRe.FindAllString(line, -1) {
+			if strings.HasPrefix(u, s.console) {
+				s.links = append(s.links, u)
+			}
+		}
+	}
 	return s
 }
 
@@ -159,8 +196,8 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values) (*http.
 var secretRe = regexp.MustCompile(`data-testid="totp-secret">([A-Z2-7 ]+)<`)
 
 // signIn signs the demo admin in with the printed password and enrols TOTP
-// from the page, as a person would.
-func signIn(t *testing.T, console, password string) *http.Client {
+// from the page, as a person would; it returns the enrolled secret.
+func signIn(t *testing.T, console, password string) (*http.Client, string) {
 	t.Helper()
 	cl := browserless()
 	res, _ := do(t, cl, "POST", console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {password}})
@@ -170,7 +207,26 @@ func signIn(t *testing.T, console, password string) *http.Client {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	m := secretRe.FindStringSubmatch(body)
 	require.NotNil(t, m, "the admin enrols TOTP at this sign-in")
-	code, err := totp.GenerateCode(strings.ReplaceAll(m[1], " ", ""), time.Now())
+	secret := strings.ReplaceAll(m[1], " ", "")
+	code, err := totp.GenerateCode(secret, time.Now())
+	require.NoError(t, err)
+	res, _ = do(t, cl, "POST", console+"/signin/mfa", url.Values{"code": {code}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	return cl, secret
+}
+
+// signInEnrolled signs the admin in with the password and the
+// authenticator enrolled before: no enrolment is offered again.
+func signInEnrolled(t *testing.T, console, password, secret string) *http.Client {
+	t.Helper()
+	cl := browserless()
+	res, _ := do(t, cl, "POST", console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {password}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, body := do(t, cl, "GET", console+"/signin/mfa", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotRegexp(t, secretRe, body, "the enrolment survived the restart")
+	// The last code was used a restart ago, several TOTP steps back.
+	code, err := totp.GenerateCode(secret, time.Now())
 	require.NoError(t, err)
 	res, _ = do(t, cl, "POST", console+"/signin/mfa", url.Values{"code": {code}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)

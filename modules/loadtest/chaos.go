@@ -1,11 +1,15 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"os"
 	"syscall"
 	"time"
 
+	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/modules/board"
 )
 
@@ -19,15 +23,26 @@ const (
 	Kind5xx           = "board_5xx_burst"       // 503 without effect
 	KindSessionStorm  = "session_storm"         // every board session expires
 	KindPanelRestart  = "panel_replica_restart" // SIGKILL a panel replica; its unit restarts it
-	chaosGap          = time.Second
-	boardBurstMin     = 3 * time.Second
-	boardBurstMax     = 25 * time.Second
-	holdFor           = 4 * time.Second
-	findActingTimeout = 30 * time.Second
+	KindPGRestart     = "postgres_restart"      // SIGKILL every process of the cluster; started again once they are gone
+	KindPGStall       = "postgres_stall"        // SIGSTOP every process of the cluster for 5–20 s, then SIGCONT
+	KindPanelFreeze   = "panel_freeze"          // SIGSTOP the replica that leads River past its leadership's expiry, then SIGCONT
+	KindBoardRestart  = "board_restart"         // the board stops at once (connections dropped) and starts again on its file store
+	KindStopAfterGate = "agent_stop_after_gate" // an agent SIGSTOPs itself right after its send gate opened; continued past its act deadline
+	// stopAfterGateBooking is the booking after whose opened gate the
+	// chosen agent stops itself.
+	stopAfterGateBooking = 2
+	pgStallMin           = 5 * time.Second
+	pgStallMax           = 20 * time.Second
+	chaosGap             = time.Second
+	boardBurstMin        = 3 * time.Second
+	boardBurstMax        = 25 * time.Second
+	holdFor              = 4 * time.Second
+	findActingTimeout    = 30 * time.Second
 )
 
 // ChaosKinds lists every kind in schedule order.
-var ChaosKinds = []string{Kind5xx, KindDropResponse, KindSessionStorm, KindAgentKill, KindLateCommit, KindRedisOutage, KindAgentStop, KindPanelRestart}
+var ChaosKinds = []string{Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit,
+	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindPanelRestart}
 
 // chaos runs the schedule in cycles until ctx ends; cycleDone closes when
 // the first cycle has finished. Each step is bounded and restores what it
@@ -47,13 +62,18 @@ func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 			})
 		},
 		KindSessionStorm: func(context.Context) (int, string) {
-			n := r.brd.SessionStorm(1)
+			n := r.board().SessionStorm(1)
 			return min(n, 1), fmt.Sprintf("%d sessions expired", n)
 		},
-		KindAgentKill:    r.killMidAction,
-		KindAgentStop:    r.stopPastLease,
-		KindRedisOutage:  r.redisOutage,
-		KindPanelRestart: r.panelRestart,
+		KindAgentKill:     r.killMidAction,
+		KindAgentStop:     r.stopPastLease,
+		KindRedisOutage:   r.redisOutage,
+		KindPanelRestart:  r.panelRestart,
+		KindPGRestart:     r.postgresRestart,
+		KindPGStall:       r.postgresStall,
+		KindPanelFreeze:   r.panelFreeze,
+		KindBoardRestart:  r.boardRestart,
+		KindStopAfterGate: r.awaitGateStop,
 	}
 	for cycle := 1; ; cycle++ {
 		for _, kind := range ChaosKinds {
@@ -99,9 +119,9 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // boardBurstMax, then off; the hits are the events the board logged.
 func (r *runner) boardBurst(ctx context.Context, event string, set func(*board.Chaos, bool)) (int, string) {
 	after := r.lastEvent()
-	c := r.brd.Chaos()
+	c := r.board().Chaos()
 	set(&c, true)
-	if err := r.brd.SetChaos(c); err != nil {
+	if err := r.board().SetChaos(c); err != nil {
 		return 0, err.Error()
 	}
 	start := time.Now()
@@ -113,22 +133,22 @@ func (r *runner) boardBurst(ctx context.Context, event string, set func(*board.C
 			break
 		}
 	}
-	c = r.brd.Chaos()
+	c = r.board().Chaos()
 	set(&c, false)
-	_ = r.brd.SetChaos(c)
+	_ = r.board().SetChaos(c)
 	n := r.countEvents(after, event)
 	return n, fmt.Sprintf("switch on for %s", time.Since(start).Round(100*time.Millisecond))
 }
 
 func (r *runner) lastEvent() int64 {
-	return r.brd.Stats().Events
+	return r.board().Stats().Events
 }
 
 // countEvents counts the board's events of a type after seq.
 func (r *runner) countEvents(after int64, typ string) int {
 	n := 0
 	for {
-		evs := r.brd.Events(after, 1000)
+		evs := r.board().Events(after, 1000)
 		if len(evs) == 0 {
 			return n
 		}
@@ -151,13 +171,13 @@ type acting struct {
 // findActing holds every booking on the board for holdFor and waits until
 // one of the candidate agents (in seeded order) has a claim in ACTING.
 func (r *runner) findActing(ctx context.Context, candidates []*proc) (acting, func(), error) {
-	c := r.brd.Chaos()
+	c := r.board().Chaos()
 	c.Hold = board.Duration(holdFor)
-	_ = r.brd.SetChaos(c)
+	_ = r.board().SetChaos(c)
 	release := func() {
-		c := r.brd.Chaos()
+		c := r.board().Chaos()
 		c.Hold = 0
-		_ = r.brd.SetChaos(c)
+		_ = r.board().SetChaos(c)
 	}
 	order := append([]*proc(nil), candidates...)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -207,7 +227,7 @@ func (r *runner) claimState(ctx context.Context, tenantID, key string) string {
 func (r *runner) killMidAction(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.httpOnly() && p.agent.acts() {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
 			cands = append(cands, p)
 		}
 	}
@@ -231,7 +251,7 @@ func (r *runner) killMidAction(ctx context.Context) (int, string) {
 func (r *runner) stopPastLease(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.acts() {
+		if p.agent.acts() && p != r.gateAgent() {
 			cands = append(cands, p)
 		}
 	}
@@ -335,4 +355,296 @@ func (r *runner) panelRestart(ctx context.Context) (int, string) {
 		return 0, fmt.Sprintf("%s killed but not ready again within 2m", p.name)
 	}
 	return 1, fmt.Sprintf("SIGKILL %s; ready again after %s", p.name, time.Since(killed).Round(100*time.Millisecond))
+}
+
+// postgresRestart SIGKILLs every process of the cluster at once (the OOM
+// killer's worst day); the run's supervisor starts it again once they are
+// all gone, as a panel's does. A hit is a cluster whose every process died
+// and whose new postmaster answered.
+func (r *runner) postgresRestart(ctx context.Context) (int, string) {
+	procs := r.pg.Processes()
+	old := r.pg.Pid()
+	if len(procs) == 0 || old == 0 {
+		return 0, "no process of the cluster found"
+	}
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	killed := time.Now()
+	for time.Since(killed) < 2*time.Minute {
+		if r.pg.Pid() != old && r.pg.State() == embedded.StateRunning {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err := r.super.QueryRow(cctx, "SELECT 1").Scan(new(int))
+			cancel()
+			if err == nil {
+				return 1, fmt.Sprintf("SIGKILL %d processes; answering again after %s", len(procs), time.Since(killed).Round(100*time.Millisecond))
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0, fmt.Sprintf("SIGKILL %d processes; not back within 2m (state %s)", len(procs), r.pg.State())
+}
+
+// postgresStall freezes every process of the cluster (SIGSTOP) for a seeded
+// 5–20 s, then continues them: statements hang rather than fail, the way a
+// stalled disk or a paused VM looks. A hit is a stall during which every
+// process was seen stopped.
+func (r *runner) postgresStall(ctx context.Context) (int, string) {
+	d := pgStallMin + time.Duration(r.rng.Int64N(int64(pgStallMax-pgStallMin)))
+	procs := r.pg.Processes()
+	if len(procs) == 0 {
+		return 0, "no process of the cluster found"
+	}
+	r.mu.Lock()
+	r.pgStopped = procs
+	r.mu.Unlock()
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	// A signal is delivered when the process next runs: look until every
+	// one is stopped (a moment on a busy machine).
+	stopped := 0
+	for look := time.Now(); time.Since(look) < 3*time.Second; time.Sleep(50 * time.Millisecond) {
+		stopped = 0
+		for _, pid := range procs {
+			if st := processState(pid); st == 'T' || st == 't' || st == 0 {
+				stopped++
+			}
+		}
+		if stopped == len(procs) {
+			break
+		}
+	}
+	// Not cut short by ctx: the cluster must be continued whatever happens
+	// (restoreAll continues it too).
+	time.Sleep(d)
+	r.continuePostgres()
+	if stopped < len(procs) {
+		return 0, fmt.Sprintf("only %d of %d processes stopped", stopped, len(procs))
+	}
+	return 1, fmt.Sprintf("SIGSTOP %d processes for %s", len(procs), d.Round(100*time.Millisecond))
+}
+
+// continuePostgres sends SIGCONT to the cluster's processes a stall stopped.
+func (r *runner) continuePostgres() {
+	r.mu.Lock()
+	procs := r.pgStopped
+	r.pgStopped = nil
+	r.mu.Unlock()
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// processState is the state letter of /proc/PID/stat (R, S, T, Z, …), 0
+// when the process is gone.
+func processState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// panelFreeze SIGSTOPs the replica that leads River (read from River's
+// leader table; each replica's River client id is its replica id) until its
+// leadership has expired by the database's clock and another replica took
+// over (or 30 s more passed), then continues it: a leader that wakes up must
+// find it no longer leads, and its periodic jobs must not have overlapped.
+// The schedule goes on meanwhile; the hit is counted when the replica is
+// continued past the expiry.
+func (r *runner) panelFreeze(ctx context.Context) (int, string) {
+	var leader string
+	var expires, now time.Time
+	if err := r.super.QueryRow(ctx, `SELECT leader_id, expires_at, now() FROM river_leader LIMIT 1`).Scan(&leader, &expires, &now); err != nil {
+		return 0, "no River leader: " + err.Error()
+	}
+	var pid int
+	if err := r.super.QueryRow(ctx, `SELECT pid FROM panel_replicas WHERE id = $1`, leader).Scan(&pid); err != nil {
+		return 0, "the leader " + leader + " is no known replica: " + err.Error()
+	}
+	var p *proc
+	for _, x := range r.panels {
+		if x.pid() == pid {
+			p = x
+		}
+	}
+	if p == nil {
+		return 0, fmt.Sprintf("the leader's pid %d is no replica of this run", pid)
+	}
+	if err := p.u.Signal(syscall.SIGSTOP); err != nil {
+		return 0, err.Error()
+	}
+	r.mu.Lock()
+	r.stopped[p] = true
+	r.mu.Unlock()
+	if processState(pid) != 'T' {
+		r.note("%s: %s did not stop", KindPanelFreeze, p.name)
+	}
+	frozen := time.Now()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		bctx := context.WithoutCancel(ctx)
+		past, successor := false, ""
+		ttl := expires.Sub(now)
+		for time.Since(frozen) < ttl+45*time.Second {
+			var cur string
+			var dbNow time.Time
+			if err := r.super.QueryRow(bctx, `SELECT coalesce((SELECT leader_id FROM river_leader LIMIT 1), ''), now()`).Scan(&cur, &dbNow); err == nil {
+				past = dbNow.After(expires.Add(time.Second))
+				if cur != leader {
+					successor = cur
+				}
+				if past && (successor != "" || time.Since(frozen) > ttl+30*time.Second) {
+					break
+				}
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		r.mu.Lock()
+		if r.stopped[p] {
+			_ = p.u.Signal(syscall.SIGCONT)
+			delete(r.stopped, p)
+		}
+		if past {
+			r.hits[KindPanelFreeze]++
+		}
+		r.mu.Unlock()
+		took := time.Since(frozen).Round(100 * time.Millisecond)
+		r.log.Info("chaos: leader continued", "replica", p.name, "frozen", took, "past_expiry", past, "successor", successor)
+		r.printf("chaos %s: continued %s after %s (past its leadership's expiry: %v; a successor took over: %v)", KindPanelFreeze, p.name, took, past, successor != "")
+	}()
+	return 0, fmt.Sprintf("SIGSTOP %s, River's leader (its leadership expires in %s); the hit counts once it is continued past that", p.name, expires.Sub(now).Round(100*time.Millisecond))
+}
+
+// boardRestart stops the board the way a crash would (board.Server.Kill:
+// connections in flight dropped without an answer, held requests and late
+// commits abandoned) and starts it again on its file store and address with
+// the same switches. A hit is a board that came back with every event it
+// had committed and answered on its address.
+func (r *runner) boardRestart(ctx context.Context) (int, string) {
+	r.brdMu.Lock()
+	old := r.brd
+	before := old.Stats()
+	cfg := r.bcfg
+	cfg.Chaos, cfg.Rate = old.Chaos(), before.PublishRate
+	killErr := old.Kill()
+	down := time.Now()
+	var nb *board.Server
+	var err error
+	// The address is free again at once (the listener is closed; Go sets
+	// SO_REUSEADDR), but allow a moment on a busy machine.
+	for i := 0; i < 50; i++ {
+		if nb, err = board.Start(context.WithoutCancel(ctx), cfg, r.boardLog); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		r.brdMu.Unlock()
+		r.note("%s: the board did not start again: %v", KindBoardRestart, err)
+		return 0, "the board did not start again: " + err.Error()
+	}
+	r.brd = nb
+	r.brdMu.Unlock()
+	after := nb.Stats()
+	if killErr != nil {
+		r.log.Warn("chaos: board kill", "err", killErr)
+	}
+	res, err := http.Get(nb.URL() + "/healthz")
+	if err == nil {
+		res.Body.Close()
+	}
+	if err != nil || after.Events < before.Events {
+		return 0, fmt.Sprintf("back after %s but events %d → %d, health: %v", time.Since(down).Round(time.Millisecond), before.Events, after.Events, err)
+	}
+	return 1, fmt.Sprintf("killed with %d events; back on %s after %s with %d", before.Events, nb.URL(), time.Since(down).Round(time.Millisecond), after.Events)
+}
+
+// gateAgent is the agent that runs with the test-only StopAfterGateEnv
+// setting: the first actor agent of the first tenant (with the browser
+// actor when there is one, so the HTTP-only agents stay for
+// agent_kill_mid_action).
+func (r *runner) gateAgent() *proc {
+	for _, p := range r.agents {
+		if p.agent.Tenant == 0 && p.agent.acts() {
+			return p
+		}
+	}
+	return nil
+}
+
+// watchGateStops continues the gate agent each time it stopped itself after
+// its send gate opened (its process seen stopped while the run did not stop
+// it), once max(lease, hard timeout) + 3 s have passed: past its act
+// deadline, so its booking request leaves late, as from a host that froze
+// between the last deadline check and the send. A hit is one such stop
+// continued past the deadline.
+func (r *runner) watchGateStops(ctx context.Context) {
+	p := r.gateAgent()
+	if p == nil {
+		return
+	}
+	cfg := r.eng.Config()
+	stopFor := max(cfg.LeaseFor, cfg.HardTimeout) + 3*time.Second
+	for r.sleep(ctx, 100*time.Millisecond) {
+		pid := p.pid()
+		if pid == 0 || processState(pid) != 'T' {
+			continue
+		}
+		r.mu.Lock()
+		ours := r.stopped[p]
+		if !ours {
+			r.stopped[p] = true
+		}
+		r.mu.Unlock()
+		if ours {
+			continue
+		}
+		stopped := time.Now()
+		r.log.Info("chaos: the agent stopped itself after its send gate opened", "agent", p.name, "pid", pid)
+		select {
+		case <-time.After(stopFor):
+		case <-ctx.Done():
+		}
+		r.mu.Lock()
+		if r.stopped[p] {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			delete(r.stopped, p)
+		}
+		past := time.Since(stopped) >= stopFor
+		if past {
+			r.hits[KindStopAfterGate]++
+		}
+		r.mu.Unlock()
+		r.printf("chaos %s: %s stopped itself after its send gate opened; continued after %s", KindStopAfterGate, p.name, time.Since(stopped).Round(100*time.Millisecond))
+	}
+}
+
+// awaitGateStop is the schedule's step for agent_stop_after_gate: the agent
+// stops itself on its own booking (watchGateStops continues it and counts
+// the hit), so the step only waits, bounded, until that has happened once.
+func (r *runner) awaitGateStop(ctx context.Context) (int, string) {
+	p := r.gateAgent()
+	if p == nil {
+		return 0, "no actor agent to run with the setting"
+	}
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		r.mu.Lock()
+		done, now := r.hits[KindStopAfterGate], r.stopped[p]
+		r.mu.Unlock()
+		if done > 0 || now {
+			return 0, fmt.Sprintf("%s stopped itself after booking %d's gate opened (hits counted when it is continued)", p.name, stopAfterGateBooking)
+		}
+		if !r.sleep(ctx, 200*time.Millisecond) {
+			break
+		}
+	}
+	return 0, fmt.Sprintf("%s did not stop itself within 1m (fewer than %d bookings?)", p.name, stopAfterGateBooking)
 }

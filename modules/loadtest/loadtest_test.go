@@ -122,3 +122,13 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 			"process %s of the run is still alive: %s", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
 	}
 }
+
+func TestBoardIdempotencyFlagIsOnOrOff(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t), "loadtest", "--board-idempotency=maybe")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 2, exit.ExitCode(), string(out))
+	require.Contains(t, string(out), "board-idempotency")
+	require.Contains(t, string(out), "on")
+}

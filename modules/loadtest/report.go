@@ -76,13 +76,16 @@ type Report struct {
 	Phantom          []string       `json:"phantom,omitempty"`
 	Stuck            []string       `json:"stuck,omitempty"`
 
-	ChaosHits     map[string]int `json:"chaos_hits"`
-	SecretsLeaked int            `json:"secrets_leaked"`
-	Leaks         []Leak         `json:"leaks,omitempty"`
-	SecretsKnown  int            `json:"secrets_known"`
-	FilesScanned  int            `json:"files_scanned"`
-	BytesScanned  int64          `json:"bytes_scanned"`
-	LeftBehind    int            `json:"processes_left_behind"`
+	ChaosHits map[string]int `json:"chaos_hits"`
+	// EmbeddedRestarts counts the run's own services started again by their
+	// supervisor (postgres, redis:a, redis:b) after they died.
+	EmbeddedRestarts map[string]int `json:"embedded_restarts"`
+	SecretsLeaked    int            `json:"secrets_leaked"`
+	Leaks            []Leak         `json:"leaks,omitempty"`
+	SecretsKnown     int            `json:"secrets_known"`
+	FilesScanned     int            `json:"files_scanned"`
+	BytesScanned     int64          `json:"bytes_scanned"`
+	LeftBehind       int            `json:"processes_left_behind"`
 	// MaxBrowsers is the most Chromium instances seen at once (sampled each second).
 	MaxBrowsers int `json:"max_chromium"`
 
@@ -114,9 +117,13 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 	}
 	rep.Notes = append(rep.Notes, r.notes...)
 	rep.MaxBrowsers = r.maxBrowsers
+	rep.EmbeddedRestarts = map[string]int{}
+	for k, v := range r.restarts {
+		rep.EmbeddedRestarts[k] = v
+	}
 	r.mu.Unlock()
 
-	st := r.brd.Stats()
+	st := r.board().Stats()
 	rep.LoadsPublished, rep.BoardBookings, rep.BookingRequests, rep.DuplicateConfirmations =
 		st.LoadsPublished, st.ConfirmedBookings, st.BookingRequests, st.DuplicateConfirmations
 
@@ -173,7 +180,7 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 			return nil, fmt.Errorf("loadtest: read claims: %w", err)
 		}
 		booked := map[string]bool{}
-		for _, b := range r.brd.Bookings(t.Client) {
+		for _, b := range r.board().Bookings(t.Client) {
 			booked[b.LoadID] = true
 		}
 		for k := range booked {
@@ -353,6 +360,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		for _, k := range ChaosKinds {
 			p("    %-24s %d", k, rep.ChaosHits[k])
 		}
+	}
+	if len(rep.EmbeddedRestarts) > 0 {
+		p("  embedded services restarted by their supervisor: %v", rep.EmbeddedRestarts)
 	}
 	p("")
 	p("  latency (ms, confirmed claims)     count      p50      p95      p99      max")

@@ -59,10 +59,15 @@ type Config struct {
 	SessionMax  time.Duration
 	// AuditSealInterval is how often the audit chains are sealed and anchored.
 	AuditSealInterval time.Duration
+	// AuditVerifyCron is when the panel verifies the audit log itself (UTC).
+	AuditVerifyCron string
 	// SecretKeyFile holds the key that seals platform credentials at rest;
 	// empty means DataDir/secret.key (created on first start). The
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
 	SecretKeyFile string
+	// TrustedProxies lists the proxies (addresses or CIDR prefixes, comma
+	// separated) whose forwarded client address and scheme are believed.
+	TrustedProxies string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
 }
@@ -89,6 +94,10 @@ func (c *Config) Register(s *config.Set) {
 		"a console session ends this long after sign-in, used or not", panel)
 	s.Duration(&c.AuditSealInterval, "audit-seal-interval", "FLEET_AUDIT_SEAL_INTERVAL", 10*time.Second,
 		"how often new audit entries are sealed into their hash chains and the heads anchored under --data-dir/audit", panel)
+	s.String(&c.TrustedProxies, "trusted-proxies", "FLEET_TRUSTED_PROXIES", "",
+		"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are believed (e.g. 127.0.0.1,::1 behind Caddy on this host); empty: none", panel)
+	s.String(&c.AuditVerifyCron, "audit-verify-cron", "FLEET_AUDIT_VERIFY_CRON", "*/10 * * * *",
+		"when the panel verifies the audit log itself (cron, UTC); the result is the overview's \"audit clean\" figure", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
@@ -109,6 +118,15 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditSealInterval < time.Second {
 		return fmt.Errorf("panel: --audit-seal-interval must be at least 1s, got %s", c.AuditSealInterval)
+	}
+	if _, err := server.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
+	}
+	if c.AuditVerifyCron == "" {
+		c.AuditVerifyCron = "*/10 * * * *"
+	}
+	if _, err := schedule.ParseCron(c.AuditVerifyCron, "UTC"); err != nil {
+		return fmt.Errorf("panel: --audit-verify-cron: %w", err)
 	}
 	if c.DBMaxConns < 4 {
 		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
@@ -266,6 +284,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	maps.Copy(queues, claim.Queues())
 	maps.Copy(queues, schedule.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
+		// The replica's id names it in River's leader table, so an operator
+		// (and the load test's panel_freeze) can tell which replica leads.
+		ID:      p.ReplicaID,
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  queues,
 		Workers: workers,
@@ -292,6 +313,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	p.Claims.Store().SetEnqueuer(p.River)
 	p.Schedules.SetEnqueuer(p.River)
+	if err := p.Schedules.Register(auditVerifyKind(p.DB, audit.AnchorFile(cfg.DataDir))); err != nil {
+		return err
+	}
+	if _, err := p.Schedules.Ensure(ctx, schedule.System, auditVerifySpec(cfg.AuditVerifyCron)); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	// A pause switch reaches the agents as a configure command.
 	p.Claims.Store().SetAgentNotifier(fleet.PauseNotifier{})
 	if err := p.River.Start(ctx); err != nil {
@@ -333,9 +360,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		p.Gateway.Listen(bgCtx, appURL)
 	}()
 
+	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
+	}
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims})
+		Claims: p.Claims, Schedules: p.Schedules, TrustedProxies: trusted})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
