@@ -29,6 +29,9 @@ type agent struct {
 	token wire.Secret
 	wsURL string
 	sup   *supervisor.Supervisor
+	// started is when this agent process started (the state report's
+	// StartedAt: the panel counts starts to see a crash loop).
+	started time.Time
 
 	changed chan struct{} // state changed: report soon (capacity 1)
 
@@ -48,6 +51,9 @@ type agent struct {
 	gateStop    *gateStopper // test-only (StopAfterGateEnv)
 }
 
+// processStart is when this process started.
+var processStart = time.Now()
+
 const (
 	maxPendingEvents = 100
 	maxKeptResults   = 256
@@ -56,6 +62,7 @@ const (
 func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, wsURL string) *agent {
 	a := &agent{
 		cfg: cfg, log: log, store: st, token: token, wsURL: wsURL,
+		started:     processStart,
 		changed:     make(chan struct{}, 1),
 		specs:       map[string]wire.WorkerSpec{},
 		unsupported: map[string]wire.WorkerSpec{},
@@ -356,7 +363,8 @@ func (a *agent) stateReport() wire.State {
 	if ws == nil {
 		ws = []wire.WorkerState{}
 	}
-	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes()}
+	started := a.started
+	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes(), StartedAt: &started}
 }
 
 // rssBytes reads the process's resident memory (Linux), nil elsewhere.

@@ -189,6 +189,11 @@ var errDeadline = errors.New("agent: local lease deadline passed")
 func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform.Adapter, o wire.Offer, book booker) (platform.BookResult, bool) {
 	worker := env.Spec.Name
 	log := env.Log.With("key", o.Job.Key)
+	// The offer in hand is the actor's task until it is done with it: an
+	// actor stuck on it shows an old task and no completed operation, which
+	// is what the panel calls hung.
+	h.OldestTask(env.Clock.Now())
+	defer h.OldestTask(time.Time{})
 	if env.Paused() {
 		return platform.BookResult{}, false
 	}

@@ -149,6 +149,10 @@ type Engine struct {
 	kmu  sync.Mutex
 	keys map[string]cachedKeys
 
+	// watchChecked: when each tenant's lost watches were last looked for.
+	smu          sync.Mutex
+	watchChecked map[string]time.Time
+
 	// flights holds this replica's lease attempt per job (see Lease).
 	lmu     sync.Mutex
 	flights map[string]*leaseFlight

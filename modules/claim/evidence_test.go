@@ -286,6 +286,7 @@ func TestConflictIsBoardEvidence(t *testing.T) {
 	require.True(t, conflicts[0].Attempts[0].Conflict)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.conflict"))
 	require.Contains(t, r.logs.String(), claim.ConflictAlarm)
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_conflicts_total", nil))
 	open, err := alarm.ListTenant(ctx, r.db.App, r.tenant, true, 10)
 	require.NoError(t, err)
 	require.Len(t, open, 1, "the conflict alarm is raised")
@@ -353,6 +354,10 @@ func TestRegressionLateCommitAfterGraceKeysOff(t *testing.T) {
 	require.True(t, as[0].LateEvidence)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.late_evidence"))
 	require.Zero(t, r.board.Stats().DuplicateConfirmations)
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_late_evidence_total", map[string]string{"from_state": "RELEASED"}))
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_given_up_total", nil))
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_watch_total", map[string]string{"result": "found"}))
+	require.Zero(t, r.metric(t, "fleet_claim_conflicts_total", nil))
 }
 
 // The watch's waits grow with the time watched and never exceed 30 s.
@@ -471,4 +476,27 @@ func TestRegressionLateCommitAfterGraceKeysOn(t *testing.T) {
 	require.Empty(t, conflicts)
 	require.Zero(t, r.board.Stats().DuplicateConfirmations)
 	require.Zero(t, auditCount(t, r.bundle, "claim.conflict"))
+}
+
+// A job in doubt whose watch job was lost gets a new one from the sweep.
+func TestStrandedWatchIsEnqueuedAgain(t *testing.T) {
+	f := newLate(t, "LD-STRANDED")
+	ctx := context.Background()
+	f.release(t, true)
+	require.True(t, f.watched(t))
+	_, err := f.b.db.Owner.Exec(ctx, `DELETE FROM river_job WHERE kind = 'claim.watch'`)
+	require.NoError(t, err)
+	require.False(t, f.watched(t))
+	require.NoError(t, f.b.engine.SweepAll(ctx))
+	require.True(t, f.watched(t), "the sweep re-enqueued the watch")
+	// A single CONFIRMED without a booking id is no doubt: not watched.
+	f.b.job(t, f.b.tenant, "LD-ONE")
+	l, err := f.b.store.Lease(ctx, claim.LeaseRequest{Tenant: f.b.tenant, Key: "LD-ONE", Holder: f.a1, For: time.Minute})
+	require.NoError(t, err)
+	_, err = f.b.store.StartActing(ctx, f.b.tenant, "LD-ONE", l.Token, f.a1, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, f.b.store.Report(ctx, f.b.tenant, "LD-ONE", l.Token, f.a1, claim.Outcome{Result: claim.Confirmed}))
+	n, err := f.b.store.StrandedWatches(ctx, f.b.tenant, time.Second)
+	require.NoError(t, err)
+	require.Zero(t, n, "not twice")
 }

@@ -34,6 +34,12 @@ type AgentView struct {
 	SharedEgress bool
 	Traits       traits.Traits
 	Events       []EventView
+	// Health marks workers the panel's health sweep found hung or in a
+	// crash loop (their open alarms), with the alarm's summary as detail;
+	// CrashLoop marks the agent process itself.
+	Health       map[string]string
+	HealthDetail map[string]string
+	CrashLoop    bool
 }
 
 // EventView is a recent event of an agent.
@@ -147,7 +153,10 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 				a.Events = append(a.Events, e)
 			}
 		}
-		return ev.Err()
+		if err := ev.Err(); err != nil {
+			return err
+		}
+		return markHealth(ctx, tx, byID)
 	})
 	if err != nil {
 		return Fleet{}, fmt.Errorf("fleet: list: %w", err)

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/health"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
@@ -61,6 +63,10 @@ type Config struct {
 	AuditSealInterval time.Duration
 	// AuditVerifyCron is when the panel verifies the audit log itself (UTC).
 	AuditVerifyCron string
+	// HealthInterval is how often the health sweep runs; HungAfter holds
+	// the per-kind hang thresholds ("watcher=2m,actor=5m,*=10m").
+	HealthInterval time.Duration
+	HungAfter      string
 	// SecretKeyFile holds the key that seals platform credentials at rest;
 	// empty means DataDir/secret.key (created on first start). The
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
@@ -98,6 +104,10 @@ func (c *Config) Register(s *config.Set) {
 		"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are believed (e.g. 127.0.0.1,::1 behind Caddy on this host); empty: none", panel)
 	s.String(&c.AuditVerifyCron, "audit-verify-cron", "FLEET_AUDIT_VERIFY_CRON", "*/10 * * * *",
 		"when the panel verifies the audit log itself (cron, UTC); the result is the overview's \"audit clean\" figure", panel)
+	s.Duration(&c.HealthInterval, "health-interval", "FLEET_HEALTH_INTERVAL", 15*time.Second,
+		"how often the leader looks for hung and crash-looping workers, stuck queues and failing cells", panel)
+	s.String(&c.HungAfter, "hung-after", "FLEET_HUNG_AFTER", "",
+		"hang thresholds per worker kind over the defaults (watcher=2m, actor=5m, http_actor=5m, crawler=10m, assistant=15m, *=10m), like watcher=3m,*=15m", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
@@ -127,6 +137,15 @@ func (c *Config) Validate() error {
 	}
 	if _, err := schedule.ParseCron(c.AuditVerifyCron, "UTC"); err != nil {
 		return fmt.Errorf("panel: --audit-verify-cron: %w", err)
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = 15 * time.Second
+	}
+	if c.HealthInterval < time.Second {
+		return fmt.Errorf("panel: --health-interval must be at least 1s, got %s", c.HealthInterval)
+	}
+	if _, err := health.ParseHungAfter(c.HungAfter); err != nil {
+		return fmt.Errorf("panel: --hung-after: %w", err)
 	}
 	if c.DBMaxConns < 4 {
 		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
@@ -271,11 +290,22 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
 		return err
 	}
-	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")))
+	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
 	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
 		Owner: p.ReplicaID, Registerer: p.Reg})
+	hungAfter, _ := health.ParseHungAfter(cfg.HungAfter)
+	engine := p.Claims
+	sweeper := health.New(p.DB, health.Config{Clock: clock.Real{}, Log: log.With("component", "health"), HungAfter: hungAfter,
+		Cells: func() []cell.Status {
+			if cm := engine.Cells(); cm != nil {
+				return cm.Status()
+			}
+			return nil
+		}})
+	p.Reg.MustRegister(health.Collector(p.DB, log.With("component", "health")))
 	workers := river.NewWorkers()
 	p.Schedules.AddWorkers(workers)
+	sweeper.AddWorkers(workers)
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
@@ -306,7 +336,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
-		}, append(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs()...)...),
+		}, slices.Concat(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs(), sweeper.PeriodicJobs(cfg.HealthInterval))...),
 	})
 	if err != nil {
 		return fmt.Errorf("panel: river: %w", err)

@@ -83,7 +83,7 @@ func allSamples(v int) map[Type]Message {
 		TypePing:              Ping{CommandID: "cmd_07", SentAt: t1},
 		TypePong: Pong{CommandID: "cmd_07", PingSentAt: t1, ReceivedAt: t1.Add(40 * time.Millisecond),
 			SentAt: t1.Add(41 * time.Millisecond)},
-		TypeState: State{Paused: true, MemoryRSSBytes: ptr(uint64(48 << 20)), Workers: []WorkerState{
+		TypeState: State{Paused: true, MemoryRSSBytes: ptr(uint64(48 << 20)), StartedAt: ptr(t1.Add(-time.Hour)), Workers: []WorkerState{
 			{Name: "watcher-1", Kind: "watcher", State: WorkerRunning, Restarts: 0, OldestTaskAgeMillis: ptr(int64(1250))},
 			{Name: "actor-1", Kind: "actor", State: WorkerNeedsPerson, Restarts: 5,
 				LastOperation:       &Operation{ID: "op_99", JobKey: "load-123456", Outcome: "confirmed", FinishedAt: t1},

@@ -219,6 +219,9 @@ type State struct {
 	Workers []WorkerState `json:"workers"`
 	// MemoryRSSBytes is the agent process's resident memory (v2).
 	MemoryRSSBytes *uint64 `json:"memory_rss_bytes,omitempty"`
+	// StartedAt is when the agent process started (v4): the panel counts
+	// process starts to tell an agent in a crash loop.
+	StartedAt *time.Time `json:"started_at,omitempty" since:"4"`
 }
 
 // Event levels.
