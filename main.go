@@ -178,6 +178,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exit(stderr, board.Run(ctx, o.board, log))
 	case "assistant":
 		o.assistant.Listen, o.assistant.StateDir, o.assistant.Out = o.listen, o.agent.StateDir, stdout
+		o.assistant.Panel, o.assistant.TokenFile, o.assistant.Build = o.agent.PanelURL, o.agent.TokenFile, version
 		if !s.Given("listen") {
 			o.assistant.Listen = assistant.DefaultListen
 		}

@@ -256,8 +256,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 // Register declares the agent role's flags.
 func (c *Config) Register(s *config.Set) {
 	role := config.Roles("agent")
-	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws", role)
-	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
+	enrol := config.Roles("agent", "assistant")
+	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws (the assistant, when enrolled)", enrol)
+	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line); an enrolled assistant's too", enrol)
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
 	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "agent reset-state", "assistant"))
 }

@@ -59,6 +59,13 @@ type Config struct {
 	// besides 80 and 443 (a loopback Demo Studio needs both).
 	EgressAllow []string
 	EgressPorts []string
+	// Panel and TokenFile enrol the assistant in a panel (optional): it
+	// connects like an agent, reports its tasks and obeys the panel's pause.
+	Panel     string
+	TokenFile string
+	Build     string
+	// ReportEvery is how often an enrolled assistant reports (default 2 s).
+	ReportEvery time.Duration
 	RiskySettle time.Duration
 
 	// Clock is injected by tests (default: real time).
@@ -163,6 +170,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 
+	var enr *enroller
+	if cfg.Panel != "" {
+		if cfg.TokenFile == "" {
+			return errors.New("assistant: --panel needs --token-file (the token the panel issued for this assistant)")
+		}
+		u, err := wsURL(cfg.Panel)
+		if err != nil {
+			return err
+		}
+		tok, err := readToken(cfg.TokenFile)
+		if err != nil {
+			return err
+		}
+		host, _ := os.Hostname()
+		every := cfg.ReportEvery
+		if every <= 0 {
+			every = 2 * time.Second
+		}
+		enr = &enroller{r: r, wsURL: u, token: tok, build: cfg.Build, host: host, every: every, model: cfg.ModelKind + " " + cfg.Model}
+	}
+
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("assistant: listen on %s: %w", cfg.Listen, err)
@@ -180,6 +208,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { r.Run(rctx); close(done) }()
+	enrolled := make(chan struct{})
+	if enr != nil {
+		go func() { enr.run(rctx); close(enrolled) }()
+	} else {
+		close(enrolled)
+	}
 
 	// The launch URL is for the person's eyes only: printed, never logged.
 	fmt.Fprintf(cfg.Out, "assistant UI: http://%s/?k=%s\n", ln.Addr(), secret)
@@ -197,6 +231,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	<-done
+	<-enrolled
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("assistant: serve: %w", err)
 	}

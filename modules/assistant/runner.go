@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetwright/fleetwright/app/clock"
@@ -57,6 +58,11 @@ type Runner struct {
 	answers   map[int64]chan string   // task id → answer to ask_person
 	current   int64
 	stopTask  map[int64]bool
+
+	// panelPaused is the enrolling panel's pause (global, tenant or this
+	// assistant's); panelReason says which.
+	panelPaused atomic.Bool
+	panelReason string
 }
 
 type decision struct {
@@ -541,6 +547,13 @@ func (r *Runner) loop(ctx context.Context, ru *run) {
 		}
 		if r.setting(ctx, keyPaused, "") == "1" {
 			r.end(ctx, ru, store.StatusPaused, "paused: the pause switch is on")
+			return
+		}
+		if r.panelPaused.Load() {
+			r.mu.Lock()
+			why := r.panelReason
+			r.mu.Unlock()
+			r.end(ctx, ru, store.StatusPaused, why)
 			return
 		}
 		reason, err := r.limit(ctx, ru)

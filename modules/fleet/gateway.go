@@ -432,6 +432,10 @@ func (c *conn) reader(ctx context.Context) {
 			if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
 			}
+		case wire.AssistantReport:
+			if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+				c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
+			}
 		case wire.CommandResult:
 			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)

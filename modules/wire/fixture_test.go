@@ -110,6 +110,10 @@ func allSamples(v int) map[Type]Message {
 		TypeOutcomeAck:   OutcomeAck{RequestID: "req_03", OK: true, Disposition: AckApplied},
 		TypeLookup:       Lookup{RequestID: "req_04", Keys: []string{"LD-48213"}, Since: t1.Add(-time.Hour)},
 		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}},
+		TypeAssistantReport: AssistantReport{Model: "ollama qwen2.5:7b", TokensToday: 7223, CostTodayUSD: 0, Tasks: []AssistantTask{{ID: 3,
+			Goal: "Draft the launch post and publish it", Status: "awaiting approval", Steps: 10, Tokens: 7223, Tabs: []string{"brief", "drafts", "calendar"},
+			Progress: "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
+			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
 	}
 }
 

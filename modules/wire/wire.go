@@ -130,7 +130,7 @@ var typesV3 = append(append([]Type(nil), typesV1...),
 	TypeActResult, TypeOutcome, TypeOutcomeAck, TypeLookup, TypeLookupResult)
 
 // typesV4 adds version 4's messages to version 3's. Append only.
-var typesV4 = append([]Type(nil), typesV3...)
+var typesV4 = append(append([]Type(nil), typesV3...), TypeAssistantReport)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
@@ -207,6 +207,8 @@ func newMessage(t Type) Message {
 		return &Lookup{}
 	case TypeLookupResult:
 		return &LookupResult{}
+	case TypeAssistantReport:
+		return &AssistantReport{}
 	}
 	return nil
 }
