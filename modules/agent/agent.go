@@ -85,6 +85,9 @@ type WorkerEnv struct {
 	Log   *slog.Logger
 	// gateStop is the test-only StopAfterGateEnv hook (nil: none).
 	gateStop *gateStopper
+	// PanelClock is Clock corrected to the panel's by its pings: for codes
+	// a platform checks against real time (TOTP).
+	PanelClock clock.Clock
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -248,6 +251,10 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return fmt.Errorf("%w (retired at %s: %s); reset it with `fleetwright agent reset-state --state-dir %s` or delete that directory",
 			ErrAlreadyRetired, mark.At.Format(time.RFC3339), mark.Reason, cfg.StateDir)
 	}
+	if d := clockSkew(); d != 0 {
+		logger.Warn("agent: test-only setting: this agent's wall clock is skewed", "env", ClockSkewEnv, "by", d)
+		cfg.Clock = skewed{Clock: cfg.Clock, by: d}
+	}
 	a := newAgent(cfg, logger, st, token, wsURL)
 	a.gateStop = newGateStopper(logger)
 	return a.run(ctx)
@@ -266,7 +273,7 @@ func (c *Config) Register(s *config.Set) {
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
-		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop}
+		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock}
 }
 
 func (a *agent) setCurrent(s *session) {

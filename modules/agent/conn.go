@@ -49,6 +49,8 @@ type agent struct {
 	results     map[string]wire.CommandResult // recent command results, for redelivered commands
 	resultOrder []string
 	gateStop    *gateStopper // test-only (StopAfterGateEnv)
+	// panelClock is the agent's clock corrected to the panel's (TOTP codes).
+	panelClock *panelClock
 }
 
 // processStart is when this process started.
@@ -68,6 +70,7 @@ func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, 
 		unsupported: map[string]wire.WorkerSpec{},
 		results:     map[string]wire.CommandResult{},
 	}
+	a.panelClock = &panelClock{Clock: cfg.Clock}
 	a.claims = newClaims(a)
 	a.sessions = newSessions(a)
 	a.browsers = make(chan struct{}, cfg.BrowserSlots)

@@ -93,7 +93,11 @@ func (env WorkerEnv) traits() (traits.Traits, error) {
 }
 
 func (env WorkerEnv) codes(creds platform.Credentials) *platform.TOTP {
-	return &platform.TOTP{Secret: creds.TOTPSecret, Clock: env.Clock}
+	clk := env.PanelClock
+	if clk == nil {
+		clk = env.Clock
+	}
+	return &platform.TOTP{Secret: creds.TOTPSecret, Clock: clk}
 }
 
 func (env WorkerEnv) event(level, kind, msg string, fields map[string]string) {
@@ -231,7 +235,7 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform
 		log.Info("agent: lease granted too late to act; letting it expire")
 		return platform.BookResult{}, false
 	}
-	rctx, cancel = context.WithTimeout(ctx, time.Until(deadline)+time.Second)
+	rctx, cancel = context.WithTimeout(ctx, deadline.Sub(env.Clock.Now())+time.Second)
 	ar, err := env.Claims.Act(rctx, worker, o.Job.Key, lease.Token)
 	cancel()
 	if err != nil {

@@ -62,8 +62,9 @@ type Gateway struct {
 	byTenant map[string]map[string]*conn // tenant → agent id → connection
 	rr       int
 
-	connected prometheus.Gauge
-	messages  *prometheus.CounterVec
+	connected   prometheus.Gauge
+	messages    *prometheus.CounterVec
+	silentDrops prometheus.Counter
 }
 
 // NewGateway returns a gateway; claims may be nil until the engine is wired.
@@ -89,9 +90,11 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 			Help: "Agents connected to this panel replica."}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_agent_messages_total",
 			Help: "Protocol messages received from agents, by type."}, []string{"type"}),
+		silentDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_agent_silent_drops_total",
+			Help: "Agent connections this replica dropped after two ping intervals without a word from the agent (a dead path without FIN or RST)."}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(g.connected, g.messages)
+		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops)
 	}
 	return g
 }
@@ -125,7 +128,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
 		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{},
-		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight)}
+		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
 	c.serve(r.Context())
 }
 
@@ -147,6 +150,9 @@ type conn struct {
 	lookups map[string]chan wire.LookupResult
 	sent    map[string]bool // commands written on this connection
 	sem     chan struct{}
+	// heard is signalled (without blocking) whenever the agent's frame
+	// arrives: the writer's silence limit starts again.
+	heard chan struct{}
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -186,6 +192,10 @@ func (c *conn) read(ctx context.Context) (wire.Frame, error) {
 		return wire.Frame{}, err
 	}
 	c.g.messages.WithLabelValues(string(f.Type)).Inc()
+	select {
+	case c.heard <- struct{}{}:
+	default:
+	}
 	return f, nil
 }
 
@@ -344,9 +354,22 @@ func (c *conn) writer(ctx context.Context) {
 	c.deliver(ctx)
 	c.ping(ctx)
 	poll, ping := g.cfg.Clock.After(g.cfg.PollEvery), g.cfg.Clock.After(g.cfg.PingEvery)
+	// An agent answers every ping; two ping intervals without a word from
+	// it mean the path is dead even if no FIN or RST ever arrives (a
+	// partition, a frozen host): drop the connection, so its claims are
+	// handled as a lost connection's and the agent's reconnect is not
+	// mistaken for a second connection of a live one.
+	silence := g.cfg.Clock.After(2 * g.cfg.PingEvery)
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-c.heard:
+			silence = g.cfg.Clock.After(2 * g.cfg.PingEvery)
+		case <-silence:
+			g.log.Warn("agent silent for two ping intervals; dropping its connection", "agent", c.agent.ID, "silent_for", 2*g.cfg.PingEvery, "remote", c.remote)
+			g.silentDrops.Inc()
+			_ = c.ws.CloseNow()
 			return
 		case <-c.wake:
 			c.deliver(ctx)

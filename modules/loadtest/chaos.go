@@ -15,19 +15,30 @@ import (
 
 // Chaos kinds, as named in the report's chaos_hits.
 const (
-	KindAgentKill     = "agent_kill_mid_action" // SIGKILL an agent while its claim is ACTING (board hold)
-	KindAgentStop     = "agent_stop_past_lease" // SIGSTOP an agent holding a claim past its lease and act deadline, then SIGCONT
-	KindRedisOutage   = "cell_redis_outage"     // stop cell b's Redis, start it again
-	KindDropResponse  = "board_drop_response"   // the board commits and drops the response
-	KindLateCommit    = "board_late_commit"     // 504 at once, committed seconds later
-	Kind5xx           = "board_5xx_burst"       // 503 without effect
-	KindSessionStorm  = "session_storm"         // every board session expires
-	KindPanelRestart  = "panel_replica_restart" // SIGKILL a panel replica; its unit restarts it
-	KindPGRestart     = "postgres_restart"      // SIGKILL every process of the cluster; started again once they are gone
-	KindPGStall       = "postgres_stall"        // SIGSTOP every process of the cluster for 5–20 s, then SIGCONT
-	KindPanelFreeze   = "panel_freeze"          // SIGSTOP the replica that leads River past its leadership's expiry, then SIGCONT
-	KindBoardRestart  = "board_restart"         // the board stops at once (connections dropped) and starts again on its file store
-	KindStopAfterGate = "agent_stop_after_gate" // an agent SIGSTOPs itself right after its send gate opened; continued past its act deadline
+	KindAgentKill     = "agent_kill_mid_action"    // SIGKILL an agent while its claim is ACTING (board hold)
+	KindAgentStop     = "agent_stop_past_lease"    // SIGSTOP an agent holding a claim past its lease and act deadline, then SIGCONT
+	KindRedisOutage   = "cell_redis_outage"        // stop cell b's Redis, start it again
+	KindDropResponse  = "board_drop_response"      // the board commits and drops the response
+	KindLateCommit    = "board_late_commit"        // 504 at once, committed seconds later
+	Kind5xx           = "board_5xx_burst"          // 503 without effect
+	KindSessionStorm  = "session_storm"            // every board session expires
+	KindPanelRestart  = "panel_replica_restart"    // SIGKILL a panel replica; its unit restarts it
+	KindPGRestart     = "postgres_restart"         // SIGKILL every process of the cluster; started again once they are gone
+	KindPGStall       = "postgres_stall"           // SIGSTOP every process of the cluster for 5–20 s, then SIGCONT
+	KindPanelFreeze   = "panel_freeze"             // SIGSTOP the replica that leads River past its leadership's expiry, then SIGCONT
+	KindBoardRestart  = "board_restart"            // the board stops at once (connections dropped) and starts again on its file store
+	KindStopAfterGate = "agent_stop_after_gate"    // an agent SIGSTOPs itself right after its send gate opened; continued past its act deadline
+	KindCommitLate    = "board_commit_after_grace" // 504 at once, committed grace + 10 s later; each must end CONFIRMED within 2 min
+	KindPartition     = "agent_panel_partition"    // one agent's path to its replica blackholed past its lease and two ping intervals
+	// panelPingEvery is the replicas' ping interval (fleet.GatewayConfig's
+	// default); each side drops a connection silent for two of them.
+	panelPingEvery = 15 * time.Second
+	// reconnectWithin bounds the agent's reconnect once traffic resumes.
+	reconnectWithin = 30 * time.Second
+	// commitLateWindow is how long board_commit_after_grace answers 504.
+	commitLateWindow = 8 * time.Second
+	// afterGraceConfirm bounds the wait for a late commit's CONFIRMED.
+	afterGraceConfirm = 2 * time.Minute
 	// stopAfterGateBooking is the booking after whose opened gate the
 	// chosen agent stops itself.
 	stopAfterGateBooking = 2
@@ -41,7 +52,7 @@ const (
 )
 
 // ChaosKinds lists every kind in schedule order.
-var ChaosKinds = []string{Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit,
+var ChaosKinds = []string{KindCommitLate, KindPartition, Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit,
 	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindPanelRestart}
 
 // chaos runs the schedule in cycles until ctx ends; cycleDone closes when
@@ -74,6 +85,8 @@ func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 		KindPanelFreeze:   r.panelFreeze,
 		KindBoardRestart:  r.boardRestart,
 		KindStopAfterGate: r.awaitGateStop,
+		KindCommitLate:    r.commitAfterGrace,
+		KindPartition:     r.partition,
 	}
 	for cycle := 1; ; cycle++ {
 		for _, kind := range ChaosKinds {
@@ -227,7 +240,7 @@ func (r *runner) claimState(ctx context.Context, tenantID, key string) string {
 func (r *runner) killMidAction(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() && !r.isPartitioned(p) {
 			cands = append(cands, p)
 		}
 	}
@@ -251,7 +264,7 @@ func (r *runner) killMidAction(ctx context.Context) (int, string) {
 func (r *runner) stopPastLease(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.acts() && p != r.gateAgent() {
+		if p.agent.acts() && p != r.gateAgent() && !r.isPartitioned(p) {
 			cands = append(cands, p)
 		}
 	}
@@ -647,4 +660,177 @@ func (r *runner) awaitGateStop(ctx context.Context) (int, string) {
 		}
 	}
 	return 0, fmt.Sprintf("%s did not stop itself within 1m (fewer than %d bookings?)", p.name, stopAfterGateBooking)
+}
+
+// commitAfterGrace answers every booking 504 for a moment and commits each
+// grace + 10 s later: after the reconciler's complete look-up found nothing
+// and released (or gave up) the claim. The first commit of a load wins (the
+// others find it taken). Each booking so committed must end CONFIRMED within
+// 2 minutes of the commit — late evidence found by the panel's continued
+// look-ups — which the background check below waits for; a hit is one that
+// did.
+func (r *runner) commitAfterGrace(ctx context.Context) (int, string) {
+	delay := r.eng.Config().Grace + 10*time.Second
+	start := r.board().Stats().AsOf
+	// Every booking request of the window is answered 504, so a load whose
+	// every client asked within it is booked by nobody until the first
+	// commit; one asked for after the window is booked at once by another
+	// client, and its late commit finds it taken.
+	after := r.lastEvent()
+	set := func(on bool) {
+		c := r.board().Chaos()
+		c.LateCommitRate, c.LateCommitDelay = onOff(on, 1), board.Duration(delay)
+		_ = r.board().SetChaos(c)
+	}
+	set(true)
+	on := time.Now()
+	for time.Since(on) < boardBurstMax {
+		if time.Since(on) >= commitLateWindow && r.countEvents(after, board.EvLateCommit) > 0 {
+			break
+		}
+		if !r.sleep(ctx, 200*time.Millisecond) {
+			break
+		}
+	}
+	set(false)
+	n := r.countEvents(after, board.EvLateCommit)
+	detail := fmt.Sprintf("switch on for %s", time.Since(on).Round(100*time.Millisecond))
+	if n == 0 {
+		return 0, "no booking was answered 504 (" + detail + ")"
+	}
+	switchedOff := time.Now()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		bctx := context.WithoutCancel(ctx)
+		// Every scheduled commit has happened (or found the load taken)
+		// once the delay has passed since the switch went off.
+		time.Sleep(time.Until(switchedOff.Add(delay + 2*time.Second)))
+		type late struct {
+			tenant, key string
+			at          time.Time
+		}
+		var commits []late
+		for _, b := range r.board().Bookings("") {
+			if b.Source == "late_commit" && b.BookedAt.After(start.Add(delay-time.Second)) {
+				for i, t := range r.tenants {
+					if t.Client == b.Client {
+						commits = append(commits, late{tenant: r.tenantIDs[i], key: b.LoadID, at: b.BookedAt})
+					}
+				}
+			}
+		}
+		hits := 0
+		var missed []string
+		for _, c := range commits {
+			ok := false
+			for time.Now().Before(c.at.Add(afterGraceConfirm)) {
+				if r.claimState(bctx, c.tenant, c.key) == "CONFIRMED" {
+					ok = true
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if ok {
+				hits++
+			} else {
+				missed = append(missed, c.key)
+			}
+		}
+		r.mu.Lock()
+		r.hits[KindCommitLate] += hits
+		r.afterGrace += len(commits)
+		r.afterGraceLate = append(r.afterGraceLate, missed...)
+		r.mu.Unlock()
+		r.printf("chaos %s: %d booking(s) committed %s after their 504; %d CONFIRMED within %s, not: %v", KindCommitLate, len(commits), delay, hits, afterGraceConfirm, missed)
+	}()
+	return 0, fmt.Sprintf("%d booking(s) answered 504, committed %s later (%s); hits counted once CONFIRMED", n, delay, detail)
+}
+
+func (r *runner) isPartitioned(p *proc) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.partitioned == p
+}
+
+// agentConnected reads whether the panel records the agent as connected,
+// and since when.
+func (r *runner) agentConnected(ctx context.Context, p *proc) (bool, time.Time) {
+	var c bool
+	var at *time.Time
+	_ = r.super.QueryRow(ctx, `SELECT connected, connected_at FROM agents WHERE id = $1`, p.agentID).Scan(&c, &at)
+	if at == nil {
+		return c, time.Time{}
+	}
+	return c, *at
+}
+
+// partition blackholes one HTTP-only actor agent's path to its replica (its
+// relay passes nothing, not even a close) for longer than a lease and two
+// ping intervals, then lets traffic through. Each side must drop the silent
+// connection on its own (docs/PROTOCOL.md), and the agent must be connected
+// again within 30 s after traffic resumes. It runs in the background; a hit
+// is a partition where the panel dropped the agent, the agent dropped its
+// side, and it came back in time.
+func (r *runner) partition(ctx context.Context) (int, string) {
+	var cands []*proc
+	for _, p := range r.agents {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		return 0, "no HTTP-only actor agent"
+	}
+	p := cands[r.rng.IntN(len(cands))]
+	if ok, _ := r.agentConnected(ctx, p); !ok {
+		return 0, p.name + " was not connected"
+	}
+	r.mu.Lock()
+	if r.partitioned != nil || r.stopped[p] {
+		r.mu.Unlock()
+		return 0, p.name + " is busy with other chaos"
+	}
+	r.partitioned = p
+	r.mu.Unlock()
+	hold := max(r.eng.Config().LeaseFor, 2*panelPingEvery) + 5*time.Second
+	p.relay.block()
+	cut := time.Now()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		bctx := context.WithoutCancel(ctx)
+		panelDropped := time.Duration(0)
+		for time.Since(cut) < hold {
+			if ok, _ := r.agentConnected(bctx, p); !ok && panelDropped == 0 {
+				panelDropped = time.Since(cut)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		agentDropped := p.relay.unblock()
+		resumed := time.Now()
+		back := time.Duration(-1)
+		for time.Since(resumed) < reconnectWithin+5*time.Second {
+			if ok, at := r.agentConnected(bctx, p); ok && at.After(cut) {
+				back = time.Since(resumed)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		r.mu.Lock()
+		r.partitioned = nil
+		hit := panelDropped > 0 && agentDropped > 0 && back >= 0 && back <= reconnectWithin
+		if hit {
+			r.hits[KindPartition]++
+		}
+		r.mu.Unlock()
+		r.log.Info("chaos: partition over", "agent", p.name, "held", hold, "panel_dropped_after", panelDropped,
+			"agent_closed", agentDropped, "reconnected_after", back)
+		r.printf("chaos %s: %s cut for %s; the panel dropped it after %s, the agent closed %d connection(s), connected again %s after traffic resumed",
+			KindPartition, p.name, hold, panelDropped.Round(100*time.Millisecond), agentDropped, back.Round(100*time.Millisecond))
+		if !hit {
+			r.note("%s: %s was not handled in time (panel dropped after %s, agent closed %d, back after %s)", KindPartition, p.name, panelDropped, agentDropped, back)
+		}
+	}()
+	return 0, fmt.Sprintf("blackholed %s's path to its replica for %s; the hit counts once it is connected again", p.name, hold)
 }

@@ -81,6 +81,12 @@ type runner struct {
 	// gateStop ends the agent_stop_after_gate watcher.
 	gateStop context.CancelFunc
 	gateWG   sync.WaitGroup
+	// afterGrace counts board_commit_after_grace's bookings, and
+	// afterGraceLate names those not CONFIRMED within 2 minutes.
+	afterGrace     int
+	afterGraceLate []string
+	// partitioned is the agent whose relay is blocked, if any.
+	partitioned *proc
 	// pgStopped are the cluster's processes a postgres_stall stopped.
 	pgStopped []int
 	notes     []string
@@ -317,6 +323,11 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 	}
 	for _, p := range r.agents {
+		// Every agent reaches its replica through its own relay, so one
+		// agent's path can be cut alone.
+		if p.relay, err = newRelay("127.0.0.1:" + strconv.Itoa(r.ports[p.replica])); err != nil {
+			return fmt.Errorf("loadtest: relay: %w", err)
+		}
 		if err := r.startAgent(p); err != nil {
 			return err
 		}
@@ -445,7 +456,7 @@ func (r *runner) startAgent(p *proc) error {
 	}
 	p.u = unit.Start(unit.Spec{
 		Name: p.name, Path: r.bin,
-		Args: []string{"--role=agent", "--panel=" + r.panelURL(p.replica), "--token-file=" + filepath.Join(state, "token"),
+		Args: []string{"--role=agent", "--panel=" + p.relay.URL(), "--token-file=" + filepath.Join(state, "token"),
 			"--state-dir=" + state, "--browser-slots=" + strconv.Itoa(max(1, p.agent.Browsers))},
 		// Chromium's user-data dirs go under the run's tmp, so anything an
 		// agent killed with SIGKILL leaves behind is found and reaped.
@@ -700,6 +711,11 @@ func (r *runner) teardown() {
 		}
 	}
 	wg.Wait()
+	for _, p := range r.agents {
+		if p.relay != nil {
+			p.relay.close()
+		}
+	}
 	for _, p := range r.panels {
 		if p != nil {
 			wg.Add(1)
