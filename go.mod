@@ -3,9 +3,10 @@ module github.com/fleetwright/fleetwright
 go 1.26.0
 
 require (
+	github.com/PuerkitoBio/goquery v1.14.0
 	github.com/a-h/templ v0.3.1100
 	github.com/alexedwards/argon2id v1.0.0
-	github.com/andybalholm/cascadia v1.3.4
+	github.com/andybalholm/cascadia v1.3.5
 	github.com/coder/websocket v1.8.15
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-rod/rod v0.116.2
@@ -19,6 +20,7 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/stretchr/testify v1.12.1
+	github.com/temoto/robotstxt v1.1.2
 	github.com/theory/jsonpath v0.12.3
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5

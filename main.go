@@ -51,7 +51,9 @@ var commands = []struct{ name, help string }{
 	{"assistant studio", "serve the Demo Studio (--listen) and its outside address that logs every request (--outside, default 127.0.0.2:8076)"},
 	{"assistant eval", "run the Demo Studio tasks against a model (--model, --model-endpoint, --model-url) and report success, steps, tokens and time per task"},
 	{"crawl validate", "check crawl job files (docs/CRAWL.md): every bad field's path and line; exit 1 on any error"},
+	{"crawl apply|run|list|runs|items|pause|resume|egress", "crawl jobs of a tenant: store versions, queue runs, read items (CSV, JSON Lines), set the egress allowlist; see crawl --help"},
 	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
+	{"unit-failed", "tell the journal and a signed webhook (FLEET_NOTIFY_WEBHOOK) that a systemd unit failed for good (--unit NAME); run by fleetwright-failure@.service"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
@@ -110,6 +112,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd == "fetch" {
 		return runFetch(args, stdout, stderr)
+	}
+	if cmd == "unit-failed" {
+		return runUnitFailed(args, stdout, stderr)
 	}
 	if cmd == "loadtest" {
 		return runLoadtest(args, stdout, stderr)

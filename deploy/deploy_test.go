@@ -452,3 +452,22 @@ func TestDockerfile(t *testing.T) {
 		require.Contains(t, strings.Fields(string(ignore)), p)
 	}
 }
+
+// TestFailureNoticeUnit: the agent's and the panel's units start the
+// failure notice when they fail for good, and the notice unit itself passes
+// systemd-analyze verify (as the instance the agent's failure starts).
+func TestFailureNoticeUnit(t *testing.T) {
+	for _, name := range units {
+		u := parseUnit(t, name)
+		require.Equal(t, "fleetwright-failure@%n.service", u.one(t, "Unit", "OnFailure"), name)
+	}
+	body, err := os.ReadFile(filepath.Join("systemd", "fleetwright-failure@.service"))
+	require.NoError(t, err)
+	require.Contains(t, string(body), "ExecStart="+installedBinary+" unit-failed --unit=%i")
+	out, err := verify(t, "fleetwright-failure@fleetwright-agent.service.service", body)
+	require.NoError(t, err, "systemd-analyze verify:\n%s", out)
+	require.Empty(t, out)
+	n := parseUnit(t, "fleetwright-failure@.service")
+	require.Equal(t, "oneshot", n.one(t, "Service", "Type"))
+	require.Equal(t, "yes", n.one(t, "Service", "DynamicUser"))
+}

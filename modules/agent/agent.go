@@ -79,6 +79,8 @@ type WorkerEnv struct {
 	// Browsers are the agent's browser slots: take one before launching
 	// Chromium, give it back after closing it.
 	Browsers chan struct{}
+	// Crawl routes page tasks to crawler workers (KindCrawler).
+	Crawl *crawlHub
 	// Event reports an event to the panel (kept across reconnects).
 	Event func(wire.Event)
 	Clock clock.Clock
@@ -272,7 +274,7 @@ func (c *Config) Register(s *config.Set) {
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
-		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
+		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers, Crawl: a.crawl,
 		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock}
 }
 

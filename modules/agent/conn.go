@@ -37,6 +37,7 @@ type agent struct {
 
 	claims   *Claims
 	sessions *Sessions
+	crawl    *crawlHub
 	browsers chan struct{} // browser slots: concurrency per agent
 	cur      *session      // the live welcomed connection, or nil
 
@@ -73,6 +74,7 @@ func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, 
 	a.panelClock = &panelClock{Clock: cfg.Clock}
 	a.claims = newClaims(a)
 	a.sessions = newSessions(a)
+	a.crawl = newCrawlHub()
 	a.browsers = make(chan struct{}, cfg.BrowserSlots)
 	a.sup = supervisor.New(cfg.Clock, log, supervisor.Options{
 		RestartDelay: cfg.RestartDelay,

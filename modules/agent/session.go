@@ -200,6 +200,15 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.OutcomeAck:
 		s.a.claims.ack(ctx, m)
 		return false, nil
+	case wire.PageTask:
+		// Fetched off the read loop; the crawler bounds its concurrency.
+		go func() {
+			res := s.a.crawl.handle(s.rctx, m)
+			if err := s.send(s.rctx, res); err != nil {
+				s.a.log.Warn("agent: could not answer a page task", "err", err)
+			}
+		}()
+		return false, nil
 	case wire.Lookup:
 		// Answered off the read loop: a look-up may take seconds.
 		go func() {

@@ -31,6 +31,7 @@ func DefaultKinds() map[string]WorkerFunc {
 		KindWatcher:   runWatcher,
 		KindActor:     runBrowserActor,
 		KindHTTPActor: runHTTPActor,
+		KindCrawler:   runCrawler,
 	}
 }
 

@@ -127,7 +127,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
-		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{},
+		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
 	c.serve(r.Context())
 }
@@ -148,7 +148,8 @@ type conn struct {
 	offset  wire.Estimate
 	pings   map[string]time.Time
 	lookups map[string]chan wire.LookupResult
-	sent    map[string]bool // commands written on this connection
+	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
+	sent    map[string]bool                 // commands written on this connection
 	sem     chan struct{}
 	// heard is signalled (without blocking) whenever the agent's frame
 	// arrives: the writer's silence limit starts again.
@@ -471,6 +472,8 @@ func (c *conn) reader(ctx context.Context) {
 			if ch != nil {
 				ch <- m
 			}
+		case wire.PageResult:
+			c.pageResult(m)
 		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
 			if !c.claim(ctx, f.Message) {
 				return

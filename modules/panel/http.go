@@ -17,7 +17,10 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/crawl"
+	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
@@ -46,6 +49,10 @@ type HTTPDeps struct {
 	// Schedules is the scheduler behind the schedules page and the
 	// overview's audit figure (nil: left out).
 	Schedules *schedule.Scheduler
+	// Notifier is behind the notification channels page (nil: no page).
+	Notifier *notify.Notifier
+	// Crawl is the crawler behind the crawl pages (nil: no crawl pages).
+	Crawl *crawl.Service
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -87,6 +94,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		if d.Notifier != nil {
+			notify.Mount(r, notify.Deps{Notifier: d.Notifier, Shell: shell, Log: d.Log})
+		}
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
@@ -95,6 +105,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		}
 		if d.Claims != nil {
 			claim.Mount(r, claim.WebDeps{Engine: d.Claims, Shell: shell, Log: d.Log})
+		}
+		if d.Crawl != nil {
+			crawlweb.Mount(r, crawlweb.Deps{Service: d.Crawl, Shell: shell, Log: d.Log})
 		}
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { auth.NotFound(w, req) })

@@ -2,7 +2,10 @@ package panel_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -13,9 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	fwconsole "github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -199,3 +204,42 @@ func TestOverviewIsTheOneWindow(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestNotificationChannelsPage: an admin adds a webhook (its secret shown
+// once, audited) and sends a test alarm that reaches it, signed; the
+// secret is never shown again.
+func TestNotificationChannelsPage(t *testing.T) {
+	c := newConsole(t)
+	const pw = "correct horse battery"
+	c.user(t, "admin@fleet.test", auth.Admin, pw)
+	admin := browserless()
+	c.enrolled(t, admin, "admin@fleet.test", pw)
+	var got []string
+	var sigs []string
+	var bodies [][]byte
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var m notify.Message
+		_ = json.Unmarshal(b, &m)
+		got, sigs, bodies = append(got, m.Event+" "+m.Alarm.Kind), append(sigs, r.Header.Get("X-Fleetwright-Signature")), append(bodies, b)
+	}))
+	defer rcv.Close()
+	res, body := do(t, admin, "POST", c.srv.URL+"/admin/notify", url.Values{"name": {"Bad Name"}, "kind": {"webhook"}, "target": {rcv.URL}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, body, `data-testid="channel-error"`)
+	res, body = do(t, admin, "POST", c.srv.URL+"/admin/notify", url.Values{"name": {"ops-hook"}, "kind": {"webhook"},
+		"target": {rcv.URL + "/hook"}, "min_severity": {"warning"}})
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	secret := regexp.MustCompile(`whsec_[0-9a-f]{64}`).FindString(body)
+	require.NotEmpty(t, secret)
+	require.Len(t, c.audited(t, audit.System, "notify.channel.create"), 1)
+	res, body = do(t, admin, "GET", c.srv.URL+"/admin/notify", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="channel-ops-hook"`)
+	require.NotContains(t, body, secret, "the secret is shown once")
+	res, _ = do(t, admin, "POST", c.srv.URL+"/admin/notify/test", url.Values{})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, []string{"raised notify.test", "resolved notify.test"}, got)
+	require.NoError(t, notify.Verify(secret, sigs[0], bodies[0], time.Now(), time.Minute))
+	require.NotContains(t, c.logs.String(), secret)
+}

@@ -110,11 +110,37 @@ func allSamples(v int) map[Type]Message {
 		TypeOutcomeAck:   OutcomeAck{RequestID: "req_03", OK: true, Disposition: AckApplied},
 		TypeLookup:       Lookup{RequestID: "req_04", Keys: []string{"LD-48213"}, Since: t1.Add(-time.Hour)},
 		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}},
+		TypePageTask:     samplePageTask(),
+		TypePageResult:   samplePageResult(),
 		TypeAssistantReport: AssistantReport{Model: "ollama qwen2.5:7b", TokensToday: 7223, CostTodayUSD: 0, Tasks: []AssistantTask{{ID: 3,
 			Goal: "Draft the launch post and publish it", Status: "awaiting approval", Steps: 10, Tokens: 7223, Tabs: []string{"brief", "drafts", "calendar"},
-			Progress: "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
+			Progress:        "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
 			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
 	}
+}
+
+func samplePageTask() PageTask {
+	return PageTask{TaskID: "task_01", RunID: "run_01", Kind: PageListing, URL: "https://shop.example.test/catalog?page=2",
+		Render: "http", Rules: CrawlRules{Format: "html", Items: "li.product",
+			Fields: []CrawlField{
+				{Name: "url", CSS: "a.title", Attr: "href", Required: true, Transform: []string{"absolute_url"}},
+				{Name: "tags", CSS: ".tag", All: true},
+				{Name: "id", Path: "$.id"},
+			},
+			FollowCSS: "a.title", FollowAttr: "href", FollowLimit: 5, NextCSS: "a.next", NextAttr: "href",
+			CursorPath: "$.next_cursor", CursorParam: "cursor"},
+		AllowedDomains: []string{"shop.example.test"}, EgressAllow: []string{"127.0.0.0/8"}, EgressPorts: []int{8091},
+		MaxBytes: 5 << 20, TimeoutMS: 30000, Snapshot: true}
+}
+
+func samplePageResult() PageResult {
+	return PageResult{TaskID: "task_01", URL: "https://shop.example.test/catalog?page=2",
+		FinalURL: "https://shop.example.test/catalog?page=2", Status: 429, RetryAfterMS: 2000, Bytes: 5120, DurationMS: 42,
+		Items:   []CrawlItem{{"url": "https://shop.example.test/item/p0001", "price": 12.5, "tags": []any{"new", "sale"}}},
+		Links:   []string{"https://shop.example.test/item/p0001"},
+		Next:    "https://shop.example.test/catalog?page=3",
+		Missing: []string{"price"}, Body: "<html>…</html>", Headers: map[string]string{"Content-Type": "text/html"},
+		Refused: "loopback (RFC 1122) 127.0.0.0/8", Captcha: true, Error: "timeout"}
 }
 
 func sampleJob() Job {

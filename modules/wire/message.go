@@ -417,6 +417,9 @@ func validate(m Message) error {
 			return errors.New("error needs a code")
 		}
 	}
+	if err := validateCrawl(m); err != nil {
+		return err
+	}
 	return validateClaim(m)
 }
 
