@@ -114,7 +114,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 				act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "local deadline passed while the request was paused"})
 				return
 			}
-			act.sent, act.sentAt, act.networkID = true, time.Now(), e.NetworkID
+			act.sent, act.sentAt, act.networkID = true, env.Clock.Now(), e.NetworkID
 			act.mu.Unlock()
 			var headers []*proto.FetchHeaderEntry
 			if hn := bside.IdempotencyHeader(); hn != "" {
@@ -161,7 +161,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 				r := bside.ParseBookResponse(status, body)
 				r.SentAt = sentAt
 				if r.Result == wire.ResultConfirmed {
-					r.ConfirmedAt = time.Now()
+					r.ConfirmedAt = env.Clock.Now()
 				}
 				act.finish(r)
 			}()

@@ -30,6 +30,12 @@ const (
 	KindStopAfterGate = "agent_stop_after_gate"    // an agent SIGSTOPs itself right after its send gate opened; continued past its act deadline
 	KindCommitLate    = "board_commit_after_grace" // 504 at once, committed grace + 10 s later; each must end CONFIRMED within 2 min
 	KindPartition     = "agent_panel_partition"    // one agent's path to its replica blackholed past its lease and two ping intervals
+	KindClockSkew     = "agent_clock_skew"         // an HTTP-only agent whose wall clock is minutes off signs in, claims and reports corrected times
+	// clockSkew is how far that agent's wall clock is off.
+	clockSkew = -3 * time.Minute
+	// skewTolerance bounds a corrected timestamp's distance from the
+	// board's own record of the same moment.
+	skewTolerance = 2 * time.Second
 	// panelPingEvery is the replicas' ping interval (fleet.GatewayConfig's
 	// default); each side drops a connection silent for two of them.
 	panelPingEvery = 15 * time.Second
@@ -53,7 +59,7 @@ const (
 
 // ChaosKinds lists every kind in schedule order.
 var ChaosKinds = []string{KindCommitLate, KindPartition, Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit,
-	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindPanelRestart}
+	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindClockSkew, KindPanelRestart}
 
 // chaos runs the schedule in cycles until ctx ends; cycleDone closes when
 // the first cycle has finished. Each step is bounded and restores what it
@@ -87,6 +93,7 @@ func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 		KindStopAfterGate: r.awaitGateStop,
 		KindCommitLate:    r.commitAfterGrace,
 		KindPartition:     r.partition,
+		KindClockSkew:     r.checkClockSkew,
 	}
 	for cycle := 1; ; cycle++ {
 		for _, kind := range ChaosKinds {
@@ -833,4 +840,91 @@ func (r *runner) partition(ctx context.Context) (int, string) {
 		}
 	}()
 	return 0, fmt.Sprintf("blackholed %s's path to its replica for %s; the hit counts once it is connected again", p.name, hold)
+}
+
+// skewAgent runs with the test-only ClockSkewEnv setting: the last HTTP-only
+// actor agent (its wall clock 3 minutes slow for the whole run).
+func (r *runner) skewAgent() *proc {
+	var last *proc
+	for _, p := range r.agents {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
+			last = p
+		}
+	}
+	return last
+}
+
+// checkClockSkew judges the skewed agent: it signed in on the board (its
+// TOTP codes use the panel-corrected clock, or the board would refuse codes
+// three minutes old), it claimed (CONFIRMED claims it acted on), and the
+// times it reported, corrected by the panel with the offset its pings
+// measured, agree with the board's own record of its bookings within 2 s.
+// A hit is all three.
+func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
+	p := r.skewAgent()
+	if p == nil {
+		return 0, "no HTTP-only actor agent"
+	}
+	signIns := 0
+	for after := int64(0); ; {
+		evs := r.board().Events(after, 1000)
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			if e.Type == board.EvLogin && e.Account == p.agent.Name {
+				signIns++
+			}
+			after = e.Seq
+		}
+	}
+	booked := map[string]time.Time{}
+	client := r.tenants[p.agent.Tenant].Client
+	for _, b := range r.board().Bookings(client) {
+		if b.Account == p.agent.Name && b.Source == "http" {
+			booked[b.LoadID] = b.BookedAt
+		}
+	}
+	start := time.Now()
+	for {
+		rows, err := r.super.Query(ctx, `SELECT target_job_key, act_sent_at FROM claims
+			WHERE holder_agent = $1 AND state = 'CONFIRMED' AND act_sent_at IS NOT NULL`, p.agentID)
+		checked, worst := 0, time.Duration(0)
+		if err == nil {
+			for rows.Next() {
+				var key string
+				var sent time.Time
+				if rows.Scan(&key, &sent) != nil {
+					continue
+				}
+				at, ok := booked[key]
+				if !ok {
+					continue
+				}
+				checked++
+				d := at.Sub(sent)
+				if d < 0 {
+					d = -d
+				}
+				worst = max(worst, d)
+			}
+			rows.Close()
+		}
+		if checked > 0 {
+			detail := fmt.Sprintf("%s (clock %s off) signed in %d time(s); %d confirmed booking(s): reported act_sent_at within %s of the board's booking time (bound %s)",
+				p.name, clockSkew, signIns, checked, worst.Round(time.Millisecond), skewTolerance)
+			if signIns == 0 || worst > skewTolerance {
+				return 0, detail
+			}
+			return 1, detail
+		}
+		if time.Since(start) > time.Minute || !r.sleep(ctx, time.Second) {
+			return 0, fmt.Sprintf("%s (clock %s off) signed in %d time(s) but has no confirmed booking to check", p.name, clockSkew, signIns)
+		}
+		for _, b := range r.board().Bookings(client) {
+			if b.Account == p.agent.Name && b.Source == "http" {
+				booked[b.LoadID] = b.BookedAt
+			}
+		}
+	}
 }

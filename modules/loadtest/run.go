@@ -454,6 +454,9 @@ func (r *runner) startAgent(p *proc) error {
 	if r.cfg.Chaos == "on" && p == r.gateAgent() {
 		env = append(env, fmt.Sprintf("%s=%d", agent.StopAfterGateEnv, stopAfterGateBooking))
 	}
+	if r.cfg.Chaos == "on" && p == r.skewAgent() {
+		env = append(env, agent.ClockSkewEnv+"="+clockSkew.String())
+	}
 	p.u = unit.Start(unit.Spec{
 		Name: p.name, Path: r.bin,
 		Args: []string{"--role=agent", "--panel=" + p.relay.URL(), "--token-file=" + filepath.Join(state, "token"),

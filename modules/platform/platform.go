@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-rod/rod"
 
+	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/modules/traits"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -110,6 +111,10 @@ type SessionOptions struct {
 	// Timeout bounds each request (a booking's hard timeout is its
 	// context's deadline).
 	Timeout time.Duration
+	// Clock stamps the times a booking reports (sent, confirmed): the
+	// agent's clock, whose offset to the panel's its pings measure (nil:
+	// the wall clock).
+	Clock clock.Clock
 }
 
 // Session is one account's signed-in session over plain HTTP.

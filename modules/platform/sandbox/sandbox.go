@@ -297,7 +297,7 @@ func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.G
 				return err
 			}
 		}
-		sentAt = time.Now()
+		sentAt = s.now()
 		return nil
 	}
 	req = req.WithContext(platform.WithGate(ctx, g))
@@ -323,9 +323,17 @@ func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.G
 	r := parseBook(resp.StatusCode, raw)
 	r.SentAt = sentAt
 	if r.Result == wire.ResultConfirmed {
-		r.ConfirmedAt = time.Now()
+		r.ConfirmedAt = s.now()
 	}
 	return r
+}
+
+// now is the session's clock (the agent's), or the wall clock.
+func (s *session) now() time.Time {
+	if s.opts.Clock != nil {
+		return s.opts.Clock.Now()
+	}
+	return time.Now()
 }
 
 func shortErr(err error) string {
