@@ -190,7 +190,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exit(stderr, assistant.Run(ctx, o.assistant, log))
 	case "demo":
 		o.demo.Listen, o.demo.DataDir, o.demo.Version = o.listen, o.dataDir, version
-		o.demo.Panel, o.demo.Out = o.panel, stdout
+		o.demo.Panel, o.demo.Out, o.demo.CatalogPort = o.panel, stdout, o.board.CatalogPort
 		return exit(stderr, demo.Run(ctx, o.demo, log))
 	}
 	return 2

@@ -31,14 +31,15 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // fleet is a panel binary and crawler agents of tenant "acme".
 type crawlFleet struct {
-	t      *testing.T
+	t      testing.TB
+	agents []int // the agent processes' pids
 	bin    string
 	d      *testenv.Database
 	tenant string
 	dir    string
 }
 
-func startFleet(t *testing.T, ctx context.Context, agents int) *crawlFleet {
+func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 	d := testenv.DB(t)
 	key := make([]byte, vault.KeySize)
 	for i := range key {
@@ -71,7 +72,8 @@ func startFleet(t *testing.T, ctx context.Context, agents int) *crawlFleet {
 		require.NoError(t, os.MkdirAll(state, 0o700))
 		tf := filepath.Join(state, "token")
 		require.NoError(t, os.WriteFile(tf, []byte(tok), 0o600))
-		testenv.Start(t, f.bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + tf, "--state-dir=" + state})
+		p := testenv.Start(t, f.bin, []string{"--role=agent", "--panel=" + base, "--token-file=" + tf, "--state-dir=" + state})
+		f.agents = append(f.agents, p.Cmd.Process.Pid)
 	}
 	require.Eventually(t, func() bool {
 		fl, err := st.List(ctx, f.tenant)
@@ -139,7 +141,7 @@ func (f *crawlFleet) items(name string) []map[string]any {
 	return items
 }
 
-func freePort(t *testing.T, hosts []string) int {
+func freePort(t testing.TB, hosts []string) int {
 	for range 20 {
 		ln, err := net.Listen("tcp", hosts[0]+":0")
 		require.NoError(t, err)
@@ -162,7 +164,7 @@ func freePort(t *testing.T, hosts []string) int {
 	return 0
 }
 
-func startCatalog(t *testing.T, cfg catalog.Config) (*catalog.Server, int) {
+func startCatalog(t testing.TB, cfg catalog.Config) (*catalog.Server, int) {
 	cfg.Port = freePort(t, cfg.Hosts)
 	s, err := catalog.Start(cfg)
 	require.NoError(t, err)
