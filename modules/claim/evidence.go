@@ -43,16 +43,15 @@ func WatchDelay(elapsed, first time.Duration) time.Duration {
 // HonoursIdempotencyKeys reports whether the tenant's platform honours
 // idempotency keys, so a job released after an UNKNOWN may be booked again.
 //
-// The per-platform tenant setting is added by issue 11 item 4 ("one booking
-// identity per job"); until it lands this is false for every tenant, which
-// gives up every job released after an UNKNOWN (safe: a load not booked is
-// a lost chance, a load booked twice is the failure the product exists to
+// It is the per-platform tenant setting (HonoursIdempotency, default off):
+// off gives up every job released after an UNKNOWN (safe: a load not booked
+// is a lost chance, a load booked twice is the failure the product exists to
 // prevent).
 func (s *Store) HonoursIdempotencyKeys(ctx context.Context, tenant string) (bool, error) {
 	if s.honours != nil {
 		return s.honours(ctx, tenant)
 	}
-	return false, nil
+	return s.HonoursIdempotency(ctx, tenant)
 }
 
 // evidence is one booking of a job: seen by the board (a look-up, with its

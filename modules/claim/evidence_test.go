@@ -422,9 +422,13 @@ func TestRegressionLateCommitAfterGraceKeysOn(t *testing.T) {
 	r.store.SetHonoursIdempotencyKeysForTest(true)
 	ctx := context.Background()
 	key := r.load()
+	lr1 := r.engine.Lease(ctx, r.tenant, r.h, wire.LeaseRequest{RequestID: "l1", Worker: r.h.Worker, Key: key})
+	require.True(t, lr1.Granted, lr1.Reason)
+	require.True(t, r.engine.Act(ctx, r.tenant, r.h, wire.ActRequest{RequestID: "a1", Worker: r.h.Worker, Key: key, Token: lr1.Token}).OK)
+	t1 := lr1.Token
 	// One booking identity per job: the key every attempt sends.
-	bookingKey := "booking-" + key
-	t1 := r.act(t, key)
+	bookingKey := lr1.BookingKey
+	require.NotEmpty(t, bookingKey)
 	grace := r.engine.Config().Grace
 	calm := r.board.Chaos()
 	ch := calm
@@ -446,8 +450,10 @@ func TestRegressionLateCommitAfterGraceKeysOn(t *testing.T) {
 	require.NoError(t, r.engine.SweepAll(ctx))
 	lr = r.engine.Lease(ctx, r.tenant, a2, wire.LeaseRequest{RequestID: "l2", Worker: a2.Worker, Key: key})
 	require.True(t, lr.Granted, lr.Reason)
+	require.Equal(t, bookingKey, lr.BookingKey, "the same booking key on every attempt of the job")
+	require.NotEqual(t, lr1.OperationID, lr.OperationID, "the operation id stays unique per lease")
 	require.True(t, r.engine.Act(ctx, r.tenant, a2, wire.ActRequest{RequestID: "a2", Worker: a2.Worker, Key: key, Token: lr.Token}).OK)
-	status, _, err = r.client.Book(ctx, key, bookingKey)
+	status, _, err = r.client.Book(ctx, key, lr.BookingKey)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status)
 	ack := r.engine.Outcome(ctx, r.tenant, a2, wire.Outcome{RequestID: "o2", Worker: a2.Worker, Key: key, Token: lr.Token,

@@ -106,8 +106,7 @@ type Store struct {
 	// conflict alarm); bound is the engine's clock error bound.
 	observer func(EvidenceResult)
 	bound    time.Duration
-	// honours overrides HonoursIdempotencyKeys (tests, until the tenant
-	// setting exists).
+	// honours overrides HonoursIdempotencyKeys (tests).
 	honours func(ctx context.Context, tenant string) (bool, error)
 }
 
