@@ -61,6 +61,11 @@ type Config struct {
 	// empty means DataDir/secret.key (created on first start). The
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
 	SecretKeyFile string
+	// TrustedProxies lists the proxies (addresses or CIDR prefixes, comma
+	// separated) whose X-Forwarded-Proto the agent gateway believes: behind
+	// Caddy, an agent's credentials go out only when Caddy says the agent's
+	// own leg was https. Empty trusts no proxy.
+	TrustedProxies string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
 }
@@ -89,12 +94,17 @@ func (c *Config) Register(s *config.Set) {
 		"how often new audit entries are sealed into their hash chains and the heads anchored under --data-dir/audit", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
+	s.String(&c.TrustedProxies, "trusted-proxies", "FLEET_TRUSTED_PROXIES", "",
+		"comma-separated addresses or CIDR prefixes of the reverse proxies (Caddy) whose X-Forwarded-* headers are believed; empty: none", panel)
 }
 
 // Validate checks the combination of settings before anything starts.
 func (c *Config) Validate() error {
 	if c.DatabaseURL != "" && c.DatabaseAppURL == "" {
 		return errors.New("panel: --database-url needs --database-app-url (FLEET_DATABASE_APP_URL): the panel runs as an application role that is neither owner, superuser nor BYPASSRLS")
+	}
+	if _, err := config.Prefixes(c.TrustedProxies); err != nil {
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
 	}
 	if c.DatabaseURL == "" && c.DatabaseAppURL != "" {
 		return errors.New("panel: --database-app-url is only used with --database-url (FLEET_DATABASE_URL)")
@@ -299,8 +309,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: %w", err)
 	}
 	p.Fleet = fleet.NewStore(p.DB, v)
+	proxies, err := config.Prefixes(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("panel: --trusted-proxies: %w", err)
+	}
 	p.Gateway = fleet.NewGateway(p.Fleet, p.Claims, fleet.GatewayConfig{
-		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg}, log)
+		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: proxies}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
