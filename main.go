@@ -43,6 +43,8 @@ var commands = []struct{ name, help string }{
 	{"admin issue-agent-token", "give an agent a new token, printed once (--tenant SLUG --agent NAME); the old one stops working"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
+	{"crawl validate", "check crawl job files (docs/CRAWL.md): every bad field's path and line; exit 1 on any error"},
+	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
@@ -82,6 +84,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, ok := subcommands[cmd]; ok {
 		return runTwoWord(cmd, args, os.Stdin, stdout, stderr)
+	}
+	if cmd == "crawl" {
+		return runCrawl(args, stdout, stderr)
+	}
+	if cmd == "fetch" {
+		return runFetch(args, stdout, stderr)
 	}
 	if cmd == "loadtest" {
 		return runLoadtest(args, stdout, stderr)

@@ -106,6 +106,20 @@ func (s *Set) Enum(p *string, name, env, def string, choices []string, usage str
 	apply(sp, opts)
 }
 
+// List declares a repeatable string flag: each use appends, and a value
+// may hold several items separated by commas (as its variable does).
+func (s *Set) List(p *[]string, name, env, usage string, opts ...Opt) {
+	s.fs.Func(name, usage, func(v string) error {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				*p = append(*p, item)
+			}
+		}
+		return nil
+	})
+	apply(s.add(name, env, "", usage, nil), opts)
+}
+
 // Parse reads args, then fills every flag not given on the command line from
 // its environment variable (looked up with getenv). It returns the remaining
 // positional arguments. Errors are one line and name the flag or variable.

@@ -72,3 +72,16 @@ func TestHelpListsVariableAndDefault(t *testing.T) {
 		require.Contains(t, line, want)
 	}
 }
+
+func TestListRepeatsAndSplits(t *testing.T) {
+	s := New("test")
+	var allow, ports []string
+	s.List(&allow, "allow", "FLEET_ALLOW", "ranges")
+	s.List(&ports, "port", "FLEET_PORTS", "ports")
+	_, err := s.Parse([]string{"--allow", "10.0.0.0/8", "--allow=127.0.0.1, ::1"}, env(map[string]string{
+		"FLEET_ALLOW": "192.168.0.0/16", "FLEET_PORTS": "80,8080",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.0.0.0/8", "127.0.0.1", "::1"}, allow, "the flag wins over the variable")
+	require.Equal(t, []string{"80", "8080"}, ports)
+}

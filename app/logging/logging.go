@@ -11,17 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"strings"
-	"sync"
+	"time"
 )
 
 // Redacted is what a secret is replaced with.
 const Redacted = "[REDACTED]"
-
-// minSecretLen keeps very short strings out of the registry: replacing every
-// "1" in every log line would make logs unreadable and protect nothing.
-const minSecretLen = 4
 
 // sensitiveKeys are substrings of attribute keys whose values are never written.
 var sensitiveKeys = []string{
@@ -29,48 +24,33 @@ var sensitiveKeys = []string{
 	"authorization", "session_id", "sessionid", "api_key", "apikey", "private_key", "credential",
 }
 
-var (
-	mu      sync.RWMutex
-	secrets = map[string]struct{}{}
-	ordered []string // longest first, so a secret containing another is replaced whole
-)
+// The process's registry: what RegisterSecret feeds and Scrub reads.
+var defaultRegistry = NewRegistry(RegistryOptions{})
 
-// RegisterSecret marks a value as a live secret: from now on it is redacted
-// from every log line of every logger this package built.
-func RegisterSecret(values ...string) {
-	mu.Lock()
-	defer mu.Unlock()
-	changed := false
-	for _, v := range values {
-		if len(v) < minSecretLen {
-			continue
-		}
-		if _, ok := secrets[v]; !ok {
-			secrets[v] = struct{}{}
-			changed = true
-		}
+// RegisterSecret marks values as live secrets for as long as the process
+// runs (or until the registry's cap evicts the least recently registered):
+// from now on they are redacted from every log line of every logger this
+// package built. Register only secrets this process issued or verified —
+// never a value a client merely presented — and only secrets that are long
+// and random enough (see Registry.Register: others are refused).
+func RegisterSecret(values ...string) { defaultRegistry.Register(0, values...) }
+
+// RegisterSecretFor is RegisterSecret for a secret that dies: a session
+// token is registered for the session's remaining life, after which
+// redacting it protects nothing and only costs memory.
+func RegisterSecretFor(ttl time.Duration, values ...string) {
+	if ttl <= 0 {
+		return
 	}
-	if changed {
-		ordered = ordered[:0]
-		for s := range secrets {
-			ordered = append(ordered, s)
-		}
-		sort.Slice(ordered, func(i, j int) bool { return len(ordered[i]) > len(ordered[j]) })
-	}
+	defaultRegistry.Register(ttl, values...)
 }
 
 // Scrub returns s with every registered secret replaced. Use it for text that
 // leaves the process by another way than the logger (an error page, a report).
-func Scrub(s string) string {
-	mu.RLock()
-	defer mu.RUnlock()
-	for _, sec := range ordered {
-		if strings.Contains(s, sec) {
-			s = strings.ReplaceAll(s, sec, Redacted)
-		}
-	}
-	return s
-}
+func Scrub(s string) string { return defaultRegistry.Scrub(s) }
+
+// Default returns the process's registry.
+func Default() *Registry { return defaultRegistry }
 
 // SensitiveKey reports whether an attribute key names a secret.
 func SensitiveKey(key string) bool {
@@ -105,25 +85,26 @@ func NewHandler(w io.Writer, opts Options) slog.Handler {
 	} else {
 		inner = slog.NewTextHandler(w, ho)
 	}
-	return &Handler{inner: inner}
+	return &Handler{inner: inner, reg: defaultRegistry}
 }
 
 // Handler redacts secrets and delegates to an inner handler.
 type Handler struct {
 	inner slog.Handler
+	reg   *Registry
 }
 
 // Wrap puts the redacting layer around any handler (tests use it to capture).
-func Wrap(h slog.Handler) *Handler { return &Handler{inner: h} }
+func Wrap(h slog.Handler) *Handler { return &Handler{inner: h, reg: defaultRegistry} }
 
 // Enabled implements slog.Handler.
 func (h *Handler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
 
 // Handle implements slog.Handler.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, Scrub(r.Message), r.PC)
+	out := slog.NewRecord(r.Time, r.Level, h.reg.Scrub(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(redactAttr(a))
+		out.AddAttrs(h.reg.redactAttr(a))
 		return true
 	})
 	return h.inner.Handle(ctx, out)
@@ -133,44 +114,44 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	red := make([]slog.Attr, len(attrs))
 	for i, a := range attrs {
-		red[i] = redactAttr(a)
+		red[i] = h.reg.redactAttr(a)
 	}
-	return &Handler{inner: h.inner.WithAttrs(red)}
+	return &Handler{inner: h.inner.WithAttrs(red), reg: h.reg}
 }
 
 // WithGroup implements slog.Handler.
 func (h *Handler) WithGroup(name string) slog.Handler {
-	return &Handler{inner: h.inner.WithGroup(name)}
+	return &Handler{inner: h.inner.WithGroup(name), reg: h.reg}
 }
 
-func redactAttr(a slog.Attr) slog.Attr {
+func (reg *Registry) redactAttr(a slog.Attr) slog.Attr {
 	if SensitiveKey(a.Key) && a.Value.Kind() != slog.KindGroup {
 		return slog.String(a.Key, Redacted)
 	}
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		return slog.String(a.Key, Scrub(v.String()))
+		return slog.String(a.Key, reg.Scrub(v.String()))
 	case slog.KindGroup:
 		g := v.Group()
 		red := make([]any, len(g))
 		for i, ga := range g {
-			red[i] = redactAttr(ga)
+			red[i] = reg.redactAttr(ga)
 		}
 		return slog.Group(a.Key, red...)
 	case slog.KindAny:
 		switch x := v.Any().(type) {
 		case error:
-			return slog.String(a.Key, Scrub(x.Error()))
+			return slog.String(a.Key, reg.Scrub(x.Error()))
 		case fmt.Stringer:
-			return slog.String(a.Key, Scrub(x.String()))
+			return slog.String(a.Key, reg.Scrub(x.String()))
 		case []byte:
-			return slog.String(a.Key, Scrub(string(x)))
+			return slog.String(a.Key, reg.Scrub(string(x)))
 		default:
 			// Structures are flattened to text so a secret in a field cannot
 			// slip past; their field names are checked too.
 			s := fmt.Sprintf("%+v", x)
-			return slog.String(a.Key, Scrub(scrubFields(s)))
+			return slog.String(a.Key, reg.Scrub(scrubFields(s)))
 		}
 	default:
 		return slog.Attr{Key: a.Key, Value: v}

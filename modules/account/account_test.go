@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
@@ -34,8 +35,12 @@ func TestPasswordRules(t *testing.T) {
 	h, err := hashPassword("Quiet-Harbour-Lantern-42")
 	require.NoError(t, err)
 	require.Contains(t, h, "$argon2id$v=19$m=19456,t=2,p=1$")
-	require.True(t, checkPassword("Quiet-Harbour-Lantern-42", h))
-	require.False(t, checkPassword("Quiet-Harbour-Lantern-43", h))
+	ok, err := checkPassword(context.Background(), "Quiet-Harbour-Lantern-42", h)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = checkPassword(context.Background(), "Quiet-Harbour-Lantern-43", h)
+	require.NoError(t, err)
+	require.False(t, ok)
 }
 
 func TestTOTPAcceptsOneStepOfSkewEitherWay(t *testing.T) {
@@ -135,4 +140,39 @@ func TestCookieTransport(t *testing.T) {
 			require.Equal(t, DevCookieName, ck.Name)
 		}
 	}
+}
+
+// The issue's probe: values sent as session cookies were registered as log
+// secrets before being checked, so they blanked out later log lines.
+func TestPresentedCookiesAreRegisteredAsSecretsOnlyOnceVerified(t *testing.T) {
+	ctx := context.Background()
+	d := testenv.DB(t)
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Clock: clock.Real{}})
+	u, err := CreateUser(ctx, d.App, NewUser{Email: "cookie@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
+	require.NoError(t, err)
+	var valid string
+	require.NoError(t, pgx.BeginFunc(ctx, d.App, func(tx pgx.Tx) error {
+		valid, _, err = s.startSession(ctx, tx, u.ID, true, "", httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
+		return err
+	}))
+	var seen *auth.User
+	h := s.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { seen = auth.UserFrom(r.Context()) }))
+	forged := []string{"127.0.0.1", "review.test", "signin.failed", "ops@fleet.test",
+		"kq3JxW9vTz2mB7nP4sLf8hYdkq3JxW9vTz2mB7nP4sL"} // well formed, random, but never issued
+	for _, v := range forged {
+		r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080/", nil)
+		r.RemoteAddr = "127.0.0.1:5000"
+		r.AddCookie(&http.Cookie{Name: DevCookieName, Value: v})
+		seen = nil
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		require.Nil(t, seen)
+		line := `msg=sign-in ip=127.0.0.1 email=ops@fleet.test action=signin.failed via=review.test cookie-echo=` + v
+		require.Equal(t, line, logging.Scrub(line), "a presented cookie must not become a log secret")
+	}
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:8080/", nil)
+	r.RemoteAddr = "127.0.0.1:5000"
+	r.AddCookie(&http.Cookie{Name: DevCookieName, Value: valid})
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	require.NotNil(t, seen)
+	require.Equal(t, "t="+logging.Redacted, logging.Scrub("t="+valid), "an issued, verified token is a secret")
 }

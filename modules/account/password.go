@@ -2,11 +2,19 @@ package account
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/alexedwards/argon2id"
@@ -59,8 +67,79 @@ func CheckPasswordRules(password, email string) error {
 	return nil
 }
 
+// Each argon2id computation holds hashParams.Memory (19 MiB) for its
+// duration, so how many run at once is bounded: a burst of sign-ins queues
+// for a slot instead of exhausting memory. The slots are sized to memory
+// (an eighth of GOMEMLIMIT, or of the machine's RAM), and never more than
+// twice the CPUs, beyond which hashes only slow each other down.
+var (
+	hashSlots = make(chan struct{}, hashConcurrency())
+	// hashInFlight counts computations running, for the tests and metrics.
+	hashInFlight atomic.Int64
+	// hashMaxSeen is the most hashInFlight has been (tests read it).
+	hashMaxSeen atomic.Int64
+)
+
+// hashWait bounds the wait for a slot; past it the request answers 503.
+const (
+	hashWait      = 10 * time.Second
+	hashBusyRetry = 5 * time.Second
+)
+
+var errHashBusy = errors.New("account: password hashing is saturated")
+
+func hashConcurrency() int {
+	limit := debug.SetMemoryLimit(-1)
+	if limit == math.MaxInt64 {
+		limit = totalMemory()
+	}
+	perHash := int64(hashParams.Memory) * 1024
+	n := int(limit / 8 / perHash)
+	return max(1, min(n, 2*runtime.GOMAXPROCS(0)))
+}
+
+// totalMemory reads MemTotal from /proc/meminfo (1 GiB when unreadable).
+func totalMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					return kb * 1024
+				}
+			}
+		}
+	}
+	return 1 << 30
+}
+
+// withHashSlot runs f holding one of the argon2id slots.
+func withHashSlot(ctx context.Context, f func()) error {
+	ctx, cancel := context.WithTimeout(ctx, hashWait)
+	defer cancel()
+	select {
+	case hashSlots <- struct{}{}:
+	case <-ctx.Done():
+		return errHashBusy
+	}
+	n := hashInFlight.Add(1)
+	for {
+		m := hashMaxSeen.Load()
+		if n <= m || hashMaxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	defer func() { hashInFlight.Add(-1); <-hashSlots }()
+	f()
+	return nil
+}
+
 func hashPassword(password string) (string, error) {
-	h, err := argon2id.CreateHash(password, hashParams)
+	var h string
+	var err error
+	if werr := withHashSlot(context.Background(), func() { h, err = argon2id.CreateHash(password, hashParams) }); werr != nil {
+		return "", werr
+	}
 	if err != nil {
 		return "", fmt.Errorf("account: hash password: %w", err)
 	}
@@ -74,12 +153,18 @@ var dummyHash = func() string {
 	return h
 }()
 
-func checkPassword(password, hash string) bool {
+// checkPassword compares password with hash (the dummy hash when the
+// account does not exist). It fails with errHashBusy when no slot frees up.
+func checkPassword(ctx context.Context, password, hash string) (bool, error) {
 	if hash == "" {
 		hash = dummyHash
 	}
-	ok, err := argon2id.ComparePasswordAndHash(password, hash)
-	return err == nil && ok
+	var ok bool
+	var err error
+	if werr := withHashSlot(ctx, func() { ok, err = argon2id.ComparePasswordAndHash(password, hash) }); werr != nil {
+		return false, werr
+	}
+	return err == nil && ok, nil
 }
 
 // GeneratePassword returns a random one-time password of 20 characters from

@@ -46,7 +46,6 @@ func newToken() (token string, hash []byte) {
 	b := make([]byte, 32) // 256 bits
 	_, _ = rand.Read(b)
 	token = base64.RawURLEncoding.EncodeToString(b)
-	logging.RegisterSecret(token)
 	return token, hashToken(token)
 }
 
@@ -144,6 +143,8 @@ func (s *Service) startSession(ctx context.Context, tx pgx.Tx, userID string, mf
 		life = s.d.PendingMax
 	}
 	exp := now.Add(life)
+	// Issued here: redacted from the logs for as long as it can be used.
+	logging.RegisterSecretFor(life, token)
 	_, err := tx.Exec(ctx, `INSERT INTO sessions (token_hash, user_id, mfa_ok, enrol_secret, created_at, last_seen_at, expires_at, ip, user_agent)
 		VALUES ($1, $2::uuid, $3, NULLIF($4, ''), $5, $5, $6, $7, $8)`,
 		hash, userID, mfaOK, enrolSecret, now, exp, clientIP(r), truncate(r.UserAgent(), 300))
@@ -209,7 +210,9 @@ func (s *Service) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		logging.RegisterSecret(token)
+		// The cookie is not registered as a secret before it is verified:
+		// anyone can send any value, and a registered value is blanked out
+		// of every log line (an attacker would erase their address).
 		se, err := s.lookup(r.Context(), token)
 		if err != nil {
 			s.d.Log.Error("session lookup failed", "err", err, "path", r.URL.Path)
@@ -221,6 +224,8 @@ func (s *Service) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Verified: another replica may have issued it.
+		logging.RegisterSecretFor(se.ExpiresAt.Sub(s.d.Clock.Now()), token)
 		u := &auth.User{ID: se.UserID, Email: se.Email, Role: se.Role, MFAOK: se.MFAOK, SessionID: se.ID}
 		if se.MFAOK {
 			if u.Tenants, err = reach(r.Context(), s.d.DB, se.UserID, se.Role); err != nil {

@@ -60,25 +60,22 @@ func orUnknown(s string) string {
 	return s
 }
 
-// throttled checks the limits for keys and returns the longest wait.
-func (s *Service) throttled(r *http.Request, keys map[string]Throttle) (time.Duration, error) {
-	var wait time.Duration
-	for k, t := range keys {
-		d, err := t.retryAfter(r.Context(), s.d.DB, k, s.d.Clock.Now())
-		if err != nil {
-			return 0, err
-		}
-		wait = max(wait, d)
+func waitText(d time.Duration) string {
+	switch sec := int(math.Ceil(d.Seconds())); {
+	case sec <= 1:
+		return "a second"
+	case sec < 60:
+		return fmt.Sprintf("%d seconds", sec)
+	case sec <= 60:
+		return "a minute"
+	default:
+		return fmt.Sprintf("%d minutes", int(math.Ceil(d.Minutes())))
 	}
-	return wait, nil
 }
 
-func waitText(d time.Duration) string {
-	m := int(math.Ceil(d.Minutes()))
-	if m <= 1 {
-		return "a minute"
-	}
-	return fmt.Sprintf("%d minutes", m)
+// retryAfter sets the Retry-After header in whole seconds, at least one.
+func retryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", fmt.Sprint(max(1, int(math.Ceil(d.Seconds())))))
 }
 
 func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
@@ -93,15 +90,16 @@ func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	ip := clientIP(r)
 	acctKey, addrKey := "acct:"+strings.ToLower(email), "addr:"+ip
-	wait, err := s.throttled(r, map[string]Throttle{acctKey: accountThrottle, addrKey: addressThrottle})
+	// The attempt is recorded before it is evaluated (see throttle.go).
+	wait, err := admit(r.Context(), s.d.DB, s.d.Clock.Now(), acctKey, addrKey)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if wait > 0 {
-		s.attempt(r, "signin.throttled", "", email, map[string]any{"retry_after_s": int(wait.Seconds())})
-		m.Error = "Too many failed attempts. Try again in " + waitText(wait) + "."
-		w.Header().Set("Retry-After", fmt.Sprint(int(math.Ceil(wait.Seconds()))))
+		s.attempt(r, "signin.throttled", "", email, map[string]any{"step": "password", "retry_after_s": int(math.Ceil(wait.Seconds()))})
+		m.Error = "Too many attempts. Try again in " + waitText(wait) + "."
+		retryAfter(w, wait)
 		views.Render(w, r, http.StatusTooManyRequests, signInPage(m))
 		return
 	}
@@ -113,7 +111,15 @@ func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ok := checkPassword(password, hash) // runs even for an unknown email: same timing
+	ok, err := checkPassword(r.Context(), password, hash) // runs even for an unknown email: same timing
+	if errors.Is(err, errHashBusy) {
+		s.busy(w, r, func() { views.Render(w, r, http.StatusServiceUnavailable, signInPage(m)) }, &m.Error)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	reason := ""
 	switch {
 	case id == "":
@@ -124,16 +130,15 @@ func (s *Service) signIn(w http.ResponseWriter, r *http.Request) {
 		reason = "user disabled"
 	}
 	if reason != "" {
-		if err := recordFailure(r.Context(), s.d.DB, s.d.Clock.Now(), acctKey, addrKey); err != nil {
-			s.fail(w, r, err)
-			return
-		}
 		s.attempt(r, "signin.failed", id, email, map[string]any{"reason": reason, "step": "password"})
 		m.Error = "The email or password is not right."
 		views.Render(w, r, http.StatusUnauthorized, signInPage(m))
 		return
 	}
-	_ = clearFailures(r.Context(), s.d.DB, acctKey)
+	if err := succeeded(r.Context(), s.d.DB, acctKey); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	// The pending session is new, whatever cookie came in: an id planted
 	// before sign-in never becomes a signed-in one.
 	var token string
@@ -249,14 +254,15 @@ func (s *Service) mfaSubmit(w http.ResponseWriter, r *http.Request) {
 		m.Error = msg
 		views.Render(w, r, status, mfaPage(m))
 	}
-	wait, err := s.throttled(r, map[string]Throttle{mfaKey: accountThrottle, addrKey: addressThrottle})
+	wait, err := admit(r.Context(), s.d.DB, s.d.Clock.Now(), mfaKey, addrKey)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if wait > 0 {
-		s.attempt(r, "signin.throttled", se.UserID, se.Email, map[string]any{"step": "totp", "retry_after_s": int(wait.Seconds())})
-		refuse(http.StatusTooManyRequests, "Too many failed codes. Try again in "+waitText(wait)+".")
+		s.attempt(r, "signin.throttled", se.UserID, se.Email, map[string]any{"step": "totp", "retry_after_s": int(math.Ceil(wait.Seconds()))})
+		retryAfter(w, wait)
+		refuse(http.StatusTooManyRequests, "Too many attempts. Try again in "+waitText(wait)+".")
 		return
 	}
 	enrol := se.TOTPSecret == ""
@@ -314,10 +320,6 @@ func (s *Service) mfaSubmit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reason != "" {
-		if err := recordFailure(r.Context(), s.d.DB, s.d.Clock.Now(), mfaKey, addrKey); err != nil {
-			s.fail(w, r, err)
-			return
-		}
 		s.attempt(r, "signin.failed", se.UserID, se.Email, map[string]any{"reason": reason, "step": "totp", "enrolling": enrol})
 		msg := "That code is not right. Check your device's clock and try the current code."
 		if reason == "code already used" {
@@ -326,7 +328,10 @@ func (s *Service) mfaSubmit(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusUnauthorized, msg)
 		return
 	}
-	_ = clearFailures(r.Context(), s.d.DB, mfaKey)
+	if err := succeeded(r.Context(), s.d.DB, mfaKey); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.d.Log.Info("sign-in", "action", "signin.succeeded", "email", se.Email, "ip", clientIP(r), "enrolled", enrol)
 	if err := setCookie(w, r, token, time.Until(exp)); err != nil {
 		s.fail(w, r, err)
@@ -353,6 +358,15 @@ func (s *Service) signOut(w http.ResponseWriter, r *http.Request) {
 	clearCookie(w)
 	auth.Flash(w, "info", "You are signed out.")
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// busy answers 503 when no argon2id slot freed up in time: a burst of
+// sign-ins waits its turn instead of exhausting memory.
+func (s *Service) busy(w http.ResponseWriter, r *http.Request, render func(), msg *string) {
+	s.d.Log.Warn("password hashing saturated", "path", r.URL.Path, "ip", clientIP(r))
+	retryAfter(w, hashBusyRetry)
+	*msg = "The console is busy. Try again in a few seconds."
+	render()
 }
 
 func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {

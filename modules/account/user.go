@@ -182,7 +182,11 @@ func ChangePassword(ctx context.Context, pool *pgxpool.Pool, userID, current, ne
 	if err := pool.QueryRow(ctx, `SELECT email, password_hash FROM users WHERE id::text = $1`, userID).Scan(&email, &hash); err != nil {
 		return fmt.Errorf("account: change password: %w", err)
 	}
-	if !checkPassword(current, hash) {
+	ok, err := checkPassword(ctx, current, hash)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return FieldErrors{"current": "the current password is not right"}
 	}
 	if err := CheckPasswordRules(next, email); err != nil {

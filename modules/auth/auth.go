@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -276,11 +277,72 @@ func ErrorPage(w http.ResponseWriter, r *http.Request, code int, title, msg stri
 	_ = views.ErrorPage(code, title, msg).Render(r.Context(), w)
 }
 
-// SafeNext returns next if it is a local path, else "/": a sign-in link
-// must never bounce to another site.
+// SafeNext returns next if it is a path on this site, else "/": a sign-in
+// link must never bounce to another site. Browsers are lenient with what
+// follows a Location header (they drop tabs and newlines, read a backslash
+// as a slash, decode before resolving), so only the plainest form passes: an
+// absolute path of printable ASCII, without a backslash, whose second byte
+// is not a slash, and that stays so after percent-decoding (repeatedly, for
+// double encoding) — no scheme, no host, no user, no control character, no
+// space, no dot segment.
 func SafeNext(next string) string {
-	if len(next) < 1 || next[0] != '/' || (len(next) > 1 && (next[1] == '/' || next[1] == '\\')) {
+	if !safeNext(next) {
 		return "/"
 	}
 	return next
+}
+
+func safeNext(next string) bool {
+	if len(next) == 0 || len(next) > 2048 {
+		return false
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f {
+			return false // control characters, whitespace, anything not ASCII
+		}
+	}
+	// The path decides where the browser goes; the query and fragment
+	// only travel along (and stay encoded).
+	p := next
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	for round := 0; ; round++ {
+		if !safePath(p) {
+			return false
+		}
+		d, err := url.PathUnescape(p)
+		if err != nil {
+			return false
+		}
+		if d == p {
+			break
+		}
+		if round == 3 {
+			return false // still encoded after four rounds: nobody links like that
+		}
+		p = d
+	}
+	u, err := url.Parse(next)
+	return err == nil && u.Scheme == "" && u.Host == "" && u.User == nil && u.Opaque == "" && strings.HasPrefix(u.Path, "/")
+}
+
+// safePath checks one decoding of a path: a single leading slash, then no
+// slash, no backslash, no control character or whitespace (nor anything
+// outside ASCII), no dot segment.
+func safePath(p string) bool {
+	if len(p) == 0 || p[0] != '/' || strings.HasPrefix(p, "//") {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return false
+		}
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }

@@ -3,15 +3,42 @@ package auth
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
 func TestSafeNextStaysOnThisSite(t *testing.T) {
-	for in, want := range map[string]string{"/audit?x=1": "/audit?x=1", "//evil.example": "/", `/\evil.example`: "/",
-		"https://evil.example": "/", "": "/", "audit": "/"} {
-		require.Equal(t, want, SafeNext(in), in)
+	for _, ok := range []string{"/", "/audit?x=1", "/t/acme/fleet", "/t/acme/fleet?q=hello%20world&sort=-name",
+		"/audit#top", "/account/sessions", "/t/a%2Db/fleet", "/@user", "/https://not-a-host-here"} {
+		require.Equal(t, ok, SafeNext(ok), ok)
+	}
+	// Known open-redirect forms: each must fall back to "/".
+	bypasses := []string{
+		"", "audit", "//evil.example", "///evil.example", "////evil.example",
+		`/\evil.example`, `\\evil.example`, `/\/evil.example`, `\/evil.example`,
+		"/\t/evil.example", "/%09/evil.example", "/%0a/evil.example", "/%0d/evil.example", "/%0D%0A/evil.example",
+		"/\n/evil.example", "/\r/evil.example", "/ /evil.example", " /evil.example", "/%20/evil.example",
+		"/%2f/evil.example", "/%2F%2Fevil.example", "/%5cevil.example", "/%5C%5Cevil.example",
+		"/%252f%252fevil.example", "/%25252f%25252fevil.example", "/%2525252f%2525252fevil.example",
+		"https://evil.example", "http:evil.example", "https:/evil.example", "javascript:alert(1)",
+		"JavaScript:alert(1)", "data:text/html,<script>alert(1)</script>", "//evil.example/%2f..",
+		"/\x00/evil.example", "/%00/evil.example", "/./evil.example", "/../evil.example", "/%2e%2e/%2e%2e//evil.example",
+		"/.%2e/evil.example", "/\u3000/evil.example", "/\uff0f/evil.example", "/%E3%80%80/evil.example",
+		"/\x7f/evil.example", "/%7f/evil.example", "/%zz", "//user@evil.example", "/%2F%5Cevil.example",
+	}
+	require.GreaterOrEqual(t, len(bypasses), 30)
+	for _, in := range bypasses {
+		require.Equal(t, "/", SafeNext(in), "%q", in)
+	}
+	// Whatever SafeNext lets through, the standard library resolves to this
+	// site, as a browser would.
+	base, _ := url.Parse("https://panel.example/signin/mfa")
+	for _, in := range bypasses {
+		got, err := base.Parse(SafeNext(in))
+		require.NoError(t, err)
+		require.Equal(t, "panel.example", got.Host, "%q", in)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fleetwright/fleetwright/modules/board/catalog"
 )
 
 // Server is a running board: its HTTP listener plus the Board.
@@ -37,6 +39,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	logger.Info("board: serving", "url", s.URL(), "data", dataPath(cfg), "rate", cfg.Rate, "idempotency_keys", cfg.IdempotencyKeys)
+	if cfg.CatalogHosts != "" {
+		cat, err := StartCatalog(cfg, s.AdminToken(), logger)
+		if err != nil {
+			_ = s.Close()
+			return err
+		}
+		defer cat.Close()
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-s.done:
@@ -44,6 +54,23 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return fmt.Errorf("board: serve: %w", err)
 	}
 	return s.Close()
+}
+
+// StartCatalog starts the crawl catalogue the configuration describes,
+// its control endpoint guarded by the sandbox admin token.
+func StartCatalog(cfg Config, token string, logger *slog.Logger) (*catalog.Server, error) {
+	var hosts []string
+	for _, h := range strings.Split(cfg.CatalogHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	cat, err := catalog.Start(catalog.Config{Hosts: hosts, Port: cfg.CatalogPort, Items: cfg.CatalogItems, Rate: cfg.CatalogRate,
+		Burst: cfg.CatalogBurst, CrawlDelay: cfg.CatalogCrawlDelay, AdminToken: token, Clock: cfg.Clock, Logger: logger.With("component", "catalog")})
+	if err != nil {
+		return nil, fmt.Errorf("board: %w", err)
+	}
+	return cat, nil
 }
 
 func dataPath(cfg Config) string {

@@ -32,10 +32,12 @@ import (
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/account"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
 // Config is the panel's configuration.
@@ -147,12 +149,15 @@ type Panel struct {
 	// Lookuper (Claims.SetOfferer, Claims.SetLookuper).
 	Claims *claim.Engine
 	// Cells runs the claim engine's cells (Redis dedupe, streams, offers).
-	Cells  *cell.Manager
-	srv    *server.Server
-	bg     sync.WaitGroup
-	bgStop context.CancelFunc
-	hbStop context.CancelFunc
-	hbDone chan struct{}
+	Cells *cell.Manager
+	// Schedules runs recurring work; modules register their kinds on it
+	// (Schedules.Register) before or after Start.
+	Schedules *schedule.Scheduler
+	srv       *server.Server
+	bg        sync.WaitGroup
+	bgStop    context.CancelFunc
+	hbStop    context.CancelFunc
+	hbDone    chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -248,13 +253,18 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
 		return err
 	}
+	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")))
+	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
+		Owner: p.ReplicaID, Registerer: p.Reg})
 	workers := river.NewWorkers()
+	p.Schedules.AddWorkers(workers)
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
 	p.Claims.AddWorkers(workers)
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}}
 	maps.Copy(queues, claim.Queues())
+	maps.Copy(queues, schedule.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  queues,
@@ -275,12 +285,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
-		}, p.Claims.PeriodicJobs()...),
+		}, append(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs()...)...),
 	})
 	if err != nil {
 		return fmt.Errorf("panel: river: %w", err)
 	}
 	p.Claims.Store().SetEnqueuer(p.River)
+	p.Schedules.SetEnqueuer(p.River)
 	// A pause switch reaches the agents as a configure command.
 	p.Claims.Store().SetAgentNotifier(fleet.PauseNotifier{})
 	if err := p.River.Start(ctx); err != nil {

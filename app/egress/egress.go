@@ -1,0 +1,247 @@
+// Package egress is the SSRF guard every fetch whose target comes from data
+// goes through: crawl jobs, pages the assistant visits, links, redirects and
+// webhook URLs. Endpoints an operator set by flag or configuration file (the
+// panel URL, an account's board, the model endpoint, an SMTP relay, an
+// upstream proxy) are not data and are dialled directly.
+//
+// The check runs at dial time on the address actually dialled: the guard
+// resolves the name itself, checks every answer, and connects to the checked
+// address, never to the name again, so a DNS answer that changes between a
+// check and a dial (rebinding) cannot pass. It denies the IANA special-purpose
+// IPv4 and IPv6 ranges (IPv4-mapped, NAT64 and 6to4 forms are judged by the
+// IPv4 address they carry), allows only configured ports (80 and 443 by
+// default), reads host names the way a browser does (127.1, 0x7f000001 and
+// 017700000001 are all loopback), and re-checks every redirect hop because
+// each hop is a new dial. An allowlist of CIDR ranges admits internal
+// addresses on purpose (the demo's and the tests' loopback sites).
+//
+// Chromium cannot be given a dialer, so Proxy is a guarded local forward
+// proxy (CONNECT and plain HTTP) that a browser uses as its only proxy,
+// loopback included (ChromiumFlags).
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// DefaultPorts are the only ports a guarded fetch may reach unless the
+// policy names others.
+var DefaultPorts = []int{80, 443}
+
+// Policy is what the guard admits besides ordinary public addresses.
+type Policy struct {
+	// Ports are the destination ports allowed; empty means DefaultPorts.
+	Ports []int
+	// Allow admits addresses inside these ranges even when they are
+	// special-purpose (an admin's per-tenant allowlist; the demo's loopback
+	// sites). The IPv4 address inside an IPv4-mapped address counts too.
+	Allow []netip.Prefix
+}
+
+func (p Policy) ports() []int {
+	if len(p.Ports) == 0 {
+		return DefaultPorts
+	}
+	return p.Ports
+}
+
+// ErrRefused is matched by every refusal: errors.Is(err, egress.ErrRefused).
+var ErrRefused = errors.New("egress: refused")
+
+// Refusal says which target the guard refused and why. It is returned
+// (wrapped, through net/http too) by every guarded dial it stops.
+type Refusal struct {
+	// Target is the host:port asked for, as given.
+	Target string
+	// Addr is the address refused, when the refusal came after parsing or
+	// resolving the host; invalid otherwise.
+	Addr netip.Addr
+	// Reason is a short human explanation ("loopback (RFC 1122) 127.0.0.0/8").
+	Reason string
+}
+
+func (r *Refusal) Error() string {
+	if r.Addr.IsValid() && r.Addr.String() != hostOf(r.Target) {
+		return fmt.Sprintf("egress: refused %s (%s): %s", r.Target, r.Addr, r.Reason)
+	}
+	return fmt.Sprintf("egress: refused %s: %s", r.Target, r.Reason)
+}
+
+// Is makes errors.Is(err, ErrRefused) true for a refusal.
+func (r *Refusal) Is(target error) bool { return target == ErrRefused }
+
+func hostOf(target string) string {
+	if i := strings.LastIndexByte(target, ':'); i >= 0 {
+		return strings.Trim(target[:i], "[]")
+	}
+	return target
+}
+
+// ParseAllow reads allowlist entries: CIDR ranges ("10.1.0.0/16") or single
+// addresses ("127.0.0.1", "::1"), which mean a /32 or /128.
+func ParseAllow(entries []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if strings.Contains(e, "/") {
+			p, err := netip.ParsePrefix(e)
+			if err != nil {
+				return nil, fmt.Errorf("egress: allow entry %q is not a CIDR range (like 127.0.0.0/8 or fd00::/8): %w", e, err)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(e)
+		if err != nil {
+			return nil, fmt.Errorf("egress: allow entry %q is neither an address nor a CIDR range", e)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+// CheckAddr decides one address and port under the policy: nil when a
+// dial may go ahead, a *Refusal otherwise.
+func (p Policy) CheckAddr(target string, a netip.Addr, port int) error {
+	if r := p.checkPort(target, port); r != nil {
+		r.Addr = a
+		return r
+	}
+	if a.Zone() != "" {
+		return &Refusal{Target: target, Addr: a, Reason: fmt.Sprintf("scoped address (zone %q)", a.Zone())}
+	}
+	if p.allowed(a) {
+		return nil
+	}
+	if r := Classify(a); r != "" {
+		return &Refusal{Target: target, Addr: a, Reason: r}
+	}
+	return nil
+}
+
+func (p Policy) checkPort(target string, port int) *Refusal {
+	if !slices.Contains(p.ports(), port) {
+		return &Refusal{Target: target, Reason: fmt.Sprintf("port %d is not allowed (allowed: %s)", port, joinPorts(p.ports()))}
+	}
+	return nil
+}
+
+func (p Policy) allowed(a netip.Addr) bool {
+	for _, pr := range p.Allow {
+		if pr.Contains(a) || (a.Is4In6() && pr.Contains(a.Unmap())) {
+			return true
+		}
+	}
+	return false
+}
+
+func joinPorts(ps []int) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ", ")
+}
+
+// ParseHost reads a host the way a browser's URL parser does. It returns
+// the address for an IP literal in any form (dotted decimal, the octal,
+// hexadecimal and short forms inet_aton accepts, bracketed or bare IPv6
+// with an optional zone) and ok=false for a name to resolve. A host that
+// ends in a number but is no valid address is an error: a browser refuses
+// it too, and a system resolver might read it differently from us.
+func ParseHost(host string) (addr netip.Addr, ok bool, err error) {
+	h := strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.Contains(h, ":") {
+		a, err := netip.ParseAddr(h)
+		if err != nil {
+			return netip.Addr{}, false, fmt.Errorf("egress: %q is not a valid IPv6 address", host)
+		}
+		return a, true, nil
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" {
+		return netip.Addr{}, false, fmt.Errorf("egress: empty host")
+	}
+	labels := strings.Split(h, ".")
+	if !numericLabel(labels[len(labels)-1]) {
+		return netip.Addr{}, false, nil
+	}
+	a, perr := parseIPv4(labels)
+	if perr != nil {
+		return netip.Addr{}, false, fmt.Errorf("egress: host %q ends in a number but is not an IPv4 address: %v", host, perr)
+	}
+	return a, true, nil
+}
+
+// numericLabel is the URL standard's "ends in a number" test for one label.
+func numericLabel(l string) bool {
+	if l == "" {
+		return false
+	}
+	if strings.Trim(l, "0123456789") == "" {
+		return true
+	}
+	if len(l) >= 2 && l[0] == '0' && (l[1] == 'x' || l[1] == 'X') {
+		return strings.Trim(l[2:], "0123456789abcdefABCDEF") == ""
+	}
+	return false
+}
+
+// parseIPv4 is inet_aton: one to four parts, each decimal, 0-octal or
+// 0x-hexadecimal; the last part fills the remaining bytes.
+func parseIPv4(labels []string) (netip.Addr, error) {
+	if len(labels) > 4 {
+		return netip.Addr{}, fmt.Errorf("%d parts", len(labels))
+	}
+	vals := make([]uint64, len(labels))
+	for i, l := range labels {
+		v, err := parseIPv4Number(l)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		vals[i] = v
+	}
+	last := len(vals) - 1
+	for _, v := range vals[:last] {
+		if v > 255 {
+			return netip.Addr{}, fmt.Errorf("part %d over 255", v)
+		}
+	}
+	if vals[last] >= 1<<(8*(5-len(vals))) {
+		return netip.Addr{}, fmt.Errorf("last part %d too large", vals[last])
+	}
+	n := vals[last]
+	for i, v := range vals[:last] {
+		n |= v << (8 * (3 - i))
+	}
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), nil
+}
+
+func parseIPv4Number(l string) (uint64, error) {
+	if l == "" {
+		return 0, errors.New("empty part")
+	}
+	base := 10
+	switch {
+	case len(l) >= 2 && (l[:2] == "0x" || l[:2] == "0X"):
+		base, l = 16, l[2:]
+		if l == "" {
+			return 0, nil
+		}
+	case len(l) >= 2 && l[0] == '0':
+		base, l = 8, l[1:]
+	}
+	v, err := strconv.ParseUint(l, base, 64)
+	if err != nil {
+		return 0, fmt.Errorf("part %q is not a base-%d number", l, base)
+	}
+	return v, nil
+}
