@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/db"
@@ -71,6 +74,14 @@ func flags(o *options) *config.Set {
 	return s
 }
 
+// libraryLogs sends the third-party libraries' own log lines through the
+// product's structured, redacting logger. go-redis prints a line per failed
+// dial on stderr otherwise; River gets its logger in its config, and pgx
+// logs nothing unless given a tracer.
+func libraryLogs(log *slog.Logger) {
+	redis.SetLogger(&logging.Printf{Log: log.With("component", "go-redis"), Level: slog.LevelWarn, Every: 10 * time.Second})
+}
+
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -111,6 +122,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
 	slog.SetDefault(log)
+	libraryLogs(log)
 	ctx, stop := signalContext()
 	defer stop()
 

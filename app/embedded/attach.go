@@ -31,7 +31,7 @@ func Attach(ctx context.Context, dir string) (*Postgres, error) {
 		return nil, err
 	}
 	logging.RegisterSecret(creds.Super, creds.Owner, creds.App)
-	p := &Postgres{cfg: PostgresConfig{Dir: abs}, creds: creds,
+	p := &Postgres{cfg: PostgresConfig{Dir: abs}, creds: creds, data: filepath.Join(abs, "data"),
 		socket: shortSocketDir(filepath.Join(abs, "run"), fmt.Sprintf(".s.PGSQL.%d", pgPort))}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -47,13 +47,15 @@ type PostgresConfig struct {
 
 // Postgres is a running private cluster.
 type Postgres struct {
-	cfg     PostgresConfig
-	socket  string
-	creds   pgCredentials
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
-	log     *slog.Logger
+	cfg    PostgresConfig
+	socket string
+	creds  pgCredentials
+	bin    string
+	args   []string
+	who    runAs
+	data   string
+	proc   child
+	log    *slog.Logger
 }
 
 type pgCredentials struct {
@@ -123,9 +125,8 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 			return nil, fmt.Errorf("embedded: %w", err)
 		}
 	}
-	p.adoptOrphan(data)
-
-	args := []string{"-D", data,
+	p.bin, p.who, p.data = postgresBin, who, data
+	p.args = []string{"-D", data,
 		"-c", "listen_addresses=",
 		"-c", "unix_socket_directories=" + p.socket,
 		"-c", "unix_socket_permissions=0700",
@@ -154,31 +155,78 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		"-c", "log_connections=off",
 		"-c", "log_disconnections=off",
 	}
-	cmd := exec.Command(postgresBin, args...)
-	cmd.Dir = cfg.Dir
-	cmd.Env = []string{"LANG=C.UTF-8", "LC_ALL=C.UTF-8"}
-	out := &lineLogger{log: p.log}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: who.cred}
-	// SIGINT is Postgres's fast shutdown: clean, without waiting for clients.
-	if err := start(cmd, syscall.SIGINT); err != nil {
-		return nil, fmt.Errorf("embedded: start postgres: %w", err)
-	}
-	p.cmd = cmd
-	p.exited = make(chan struct{})
-	go func() { p.waitErr = cmd.Wait(); close(p.exited) }()
-
-	if err := p.waitReady(ctx, 60*time.Second); err != nil {
-		p.Stop()
+	if err := p.launch(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.bootstrap(ctx); err != nil {
 		p.Stop()
 		return nil, err
 	}
-	p.log.Info("embedded postgres ready", "socket", p.socket, "pid", cmd.Process.Pid)
+	p.log.Info("embedded postgres ready", "socket", p.socket, "pid", p.Pid())
 	return p, nil
 }
+
+// launch starts the postmaster on the prepared arguments (after stopping a
+// postmaster a killed panel left behind) and waits until it accepts
+// connections; on failure nothing is left running.
+func (p *Postgres) launch(ctx context.Context) error {
+	p.adoptOrphan(p.data)
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Dir = p.cfg.Dir
+	cmd.Env = []string{"LANG=C.UTF-8", "LC_ALL=C.UTF-8"}
+	out := &lineLogger{log: p.log}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.who.cred}
+	// SIGINT is Postgres's fast shutdown: clean, without waiting for clients.
+	if err := start(cmd, syscall.SIGINT); err != nil {
+		return fmt.Errorf("embedded: start postgres: %w", err)
+	}
+	p.proc.started(cmd)
+	if err := p.waitReady(ctx, 60*time.Second); err != nil {
+		p.proc.terminate(syscall.SIGINT, 30*time.Second)
+		return err
+	}
+	return nil
+}
+
+// reap implements service: a postmaster that died (SIGKILL, OOM) leaves its
+// backends, checkpointer and logger behind for a moment, and a new one
+// refuses to start while they hold the old shared memory. They notice the
+// postmaster's death and exit on their own; what is still there after a
+// few seconds (a stopped process) is killed: the directory's lock is ours,
+// so nobody else owns them.
+func (p *Postgres) reap(ctx context.Context) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if len(p.Processes()) == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, pid := range p.Processes() {
+		p.log.Warn("killing a process the dead postmaster left behind", "pid", pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && len(p.Processes()) > 0; {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Processes lists every process of the cluster, the postmaster and each of
+// its children (backends, checkpointer, logger, …): those whose working
+// directory is the cluster's data directory, where Postgres changes to at
+// start. The load test's chaos stops and kills them all.
+func (p *Postgres) Processes() []int {
+	return processesIn(p.data)
+}
+
+// Supervise restarts the cluster whenever its postmaster dies, until Stop
+// (see Supervision). The pools reconnect by themselves: the socket and the
+// credentials stay the same, and crash recovery keeps every committed claim.
+func (p *Postgres) Supervise(s Supervision) { p.proc.supervise(p, s) }
+
+// State is the supervised state (StateRunning, …; "" when not supervised).
+func (p *Postgres) State() string { return p.proc.state() }
 
 func loadOrCreateCredentials(path string) (pgCredentials, error) {
 	var c pgCredentials
@@ -291,10 +339,12 @@ func (p *Postgres) adoptOrphan(data string) {
 func (p *Postgres) waitReady(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	var last error
+	_, exited, _ := p.proc.current()
 	for time.Now().Before(deadline) {
 		select {
-		case <-p.exited:
-			return fmt.Errorf("embedded: postgres exited during start (%v); its log is under %s", p.waitErr, filepath.Join(p.cfg.Dir, "data", "log"))
+		case <-exited:
+			_, _, waitErr := p.proc.current()
+			return fmt.Errorf("embedded: postgres exited during start (%v); its log is under %s", waitErr, filepath.Join(p.cfg.Dir, "data", "log"))
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -406,25 +456,21 @@ func (p *Postgres) URLFor(role, db string) string {
 	return p.url(SuperRole, p.creds.Super, db)
 }
 
-// Pid returns the postmaster's pid.
-func (p *Postgres) Pid() int { return p.cmd.Process.Pid }
+// Pid returns the current postmaster's pid (0 when none was started).
+func (p *Postgres) Pid() int { return p.proc.pid() }
 
 // LogDir is where the cluster writes its own log.
 func (p *Postgres) LogDir() string { return filepath.Join(p.cfg.Dir, "data", "log") }
 
 // Stop shuts the cluster down (fast shutdown), waiting up to 30 s.
 func (p *Postgres) Stop() {
-	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+	if p == nil {
 		return
 	}
-	select {
-	case <-p.exited:
-		return
-	default:
+	p.proc.halt()
+	if p.proc.terminate(syscall.SIGINT, 30*time.Second) {
+		p.log.Info("embedded postgres stopped")
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	waitExit(p.cmd, p.exited, 30*time.Second)
-	p.log.Info("embedded postgres stopped")
 }
 
 // lineLogger forwards a child's output to slog line by line.

@@ -119,6 +119,35 @@ func processIs(pid int, want string) bool {
 	return bytes.Contains(b, []byte(want))
 }
 
+// processesIn lists the processes whose working directory is dir.
+func processesIn(dir string) []int {
+	if dir == "" {
+		return nil
+	}
+	want, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		want = dir
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err != nil || cwd != want {
+			continue
+		}
+		// A zombie has no working directory left; this one is alive.
+		out = append(out, pid)
+	}
+	return out
+}
+
 // readPidFile returns the pid on the first line of path, or 0.
 func readPidFile(path string) int {
 	b, err := os.ReadFile(path)

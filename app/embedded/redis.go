@@ -30,11 +30,12 @@ type RedisConfig struct {
 // Redis is a running private redis-server.
 type Redis struct {
 	cfg      RedisConfig
+	bin      string
+	conf     string
+	pidFile  string
 	socket   string
 	password string
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	waitErr  error
+	proc     child
 	log      *slog.Logger
 }
 
@@ -80,16 +81,15 @@ func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
 	r.socket = filepath.Join(sockDir, "redis.sock")
-	pidFile := filepath.Join(cfg.Dir, "redis.pid")
-	if pid := readPidFile(pidFile); pid > 0 && processIs(pid, "redis-server") {
+	r.pidFile = filepath.Join(cfg.Dir, "redis.pid")
+	if pid := readPidFile(r.pidFile); pid > 0 && processIs(pid, "redis-server") {
 		r.log.Warn("stopping the redis-server a previous panel left running", "pid", pid)
 		_ = stopOrphan(pid, syscall.SIGTERM, 15*time.Second)
 	}
-	_ = os.Remove(r.socket)
 
 	// The password is given on stdin-less config lines rather than argv, so
 	// it never shows in `ps`.
-	conf := filepath.Join(cfg.Dir, "redis.conf")
+	r.conf = filepath.Join(cfg.Dir, "redis.conf")
 	confText := fmt.Sprintf(`port 0
 unixsocket %s
 unixsocketperm 700
@@ -104,28 +104,48 @@ loglevel warning
 protected-mode yes
 databases %d
 requirepass %s
-`, r.socket, cfg.Dir, pidFile, cfg.Databases, r.password)
-	if err := writeFileAtomic(conf, []byte(confText), 0o600); err != nil {
+`, r.socket, cfg.Dir, r.pidFile, cfg.Databases, r.password)
+	if err := writeFileAtomic(r.conf, []byte(confText), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, conf)
-	cmd.Dir = cfg.Dir
+	r.bin = bin
+	if err := r.launch(ctx); err != nil {
+		return nil, err
+	}
+	r.log.Info("embedded redis ready", "socket", r.socket, "pid", r.Pid())
+	return r, nil
+}
+
+// launch starts redis-server on the prepared configuration and waits until
+// it answers; on failure nothing is left running.
+func (r *Redis) launch(ctx context.Context) error {
+	_ = os.Remove(r.socket)
+	cmd := exec.Command(r.bin, r.conf)
+	cmd.Dir = r.cfg.Dir
 	// Redis prints a banner and host tuning advice at start: debug level.
 	out := &lineLogger{log: r.log, level: slog.LevelDebug}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := start(cmd, syscall.SIGTERM); err != nil {
-		return nil, fmt.Errorf("embedded: start redis-server: %w", err)
+		return fmt.Errorf("embedded: start redis-server: %w", err)
 	}
-	r.cmd = cmd
-	r.exited = make(chan struct{})
-	go func() { r.waitErr = cmd.Wait(); close(r.exited) }()
+	r.proc.started(cmd)
 	if err := r.waitReady(ctx, 30*time.Second); err != nil {
-		r.Stop()
-		return nil, err
+		r.proc.terminate(syscall.SIGTERM, 5*time.Second)
+		return err
 	}
-	r.log.Info("embedded redis ready", "socket", r.socket, "pid", cmd.Process.Pid)
-	return r, nil
+	return nil
 }
+
+// reap implements service: a dead redis-server leaves nothing running.
+func (r *Redis) reap(context.Context) {}
+
+// Supervise restarts redis-server whenever it dies, until Stop (see
+// Supervision). Clients on its URL reconnect by themselves: the socket,
+// the password and the append-only file stay the same.
+func (r *Redis) Supervise(s Supervision) { r.proc.supervise(r, s) }
+
+// State is the supervised state (StateRunning, …; "" when not supervised).
+func (r *Redis) State() string { return r.proc.state() }
 
 func (r *Redis) waitReady(ctx context.Context, limit time.Duration) error {
 	opts, _ := redis.ParseURL(r.URL(0))
@@ -133,10 +153,12 @@ func (r *Redis) waitReady(ctx context.Context, limit time.Duration) error {
 	defer c.Close()
 	deadline := time.Now().Add(limit)
 	var last error
+	_, exited, _ := r.proc.current()
 	for time.Now().Before(deadline) {
 		select {
-		case <-r.exited:
-			return fmt.Errorf("embedded: redis-server exited during start: %v", r.waitErr)
+		case <-exited:
+			_, _, waitErr := r.proc.current()
+			return fmt.Errorf("embedded: redis-server exited during start: %v", waitErr)
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -156,20 +178,17 @@ func (r *Redis) URL(db int) string {
 	return u.String()
 }
 
-// Pid returns redis-server's pid.
-func (r *Redis) Pid() int { return r.cmd.Process.Pid }
+// Pid returns the current redis-server's pid (0 when none was started).
+func (r *Redis) Pid() int { return r.proc.pid() }
 
-// Stop shuts redis-server down (SIGTERM flushes the append-only file).
+// Stop ends supervision and shuts redis-server down (SIGTERM flushes the
+// append-only file).
 func (r *Redis) Stop() {
-	if r == nil || r.cmd == nil || r.cmd.Process == nil {
+	if r == nil {
 		return
 	}
-	select {
-	case <-r.exited:
-		return
-	default:
+	r.proc.halt()
+	if r.proc.terminate(syscall.SIGTERM, 15*time.Second) {
+		r.log.Info("embedded redis stopped")
 	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	waitExit(r.cmd, r.exited, 15*time.Second)
-	r.log.Info("embedded redis stopped")
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -199,4 +200,59 @@ func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
 
 func (m minLevel) WithGroup(n string) slog.Handler {
 	return minLevel{Handler: m.Handler.WithGroup(n), min: m.min}
+}
+
+// Printf adapts a structured logger to libraries that log through a
+// Printf(ctx, format, args…) method (go-redis's redis.SetLogger), so their
+// lines are structured and redacted like the product's own. A library
+// repeats itself while a dependency is down (go-redis logs every failed
+// dial): the same format is written at most once per Every, and the next
+// line says how many were suppressed.
+type Printf struct {
+	Log   *slog.Logger
+	Level slog.Level
+	// Every is the window per format (0: every line is written).
+	Every time.Duration
+	// Now is the time source (nil: time.Now).
+	Now func() time.Time
+
+	mu   sync.Mutex
+	last map[string]printfSeen
+}
+
+type printfSeen struct {
+	at         time.Time
+	suppressed int
+}
+
+// Printf implements the library's logging interface.
+func (p *Printf) Printf(ctx context.Context, format string, args ...any) {
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	suppressed := 0
+	if p.Every > 0 {
+		t := now()
+		p.mu.Lock()
+		if p.last == nil {
+			p.last = map[string]printfSeen{}
+		}
+		seen, ok := p.last[format]
+		if ok && t.Sub(seen.at) < p.Every {
+			seen.suppressed++
+			p.last[format] = seen
+			p.mu.Unlock()
+			return
+		}
+		suppressed = seen.suppressed
+		p.last[format] = printfSeen{at: t}
+		p.mu.Unlock()
+	}
+	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
+	if suppressed > 0 {
+		p.Log.Log(ctx, p.Level, msg, "suppressed_since_last", suppressed)
+		return
+	}
+	p.Log.Log(ctx, p.Level, msg)
 }

@@ -48,6 +48,10 @@ type Config struct {
 	// Out receives the start banner (the one-time password is printed there
 	// and nowhere else).
 	Out io.Writer
+	// ResetAdmin gives the admin a new one-time password and a new TOTP
+	// enrolment on this start (a lost password or authenticator). Without
+	// it, only the first start on a data dir prints a password.
+	ResetAdmin bool
 }
 
 // Register declares the demo's own flags (--listen and --data-dir are shared
@@ -58,6 +62,8 @@ func (c *Config) Register(s *config.Set) {
 		"address of the demo's sandbox board (port 0: any free port)", role)
 	s.Float(&c.BoardRate, "board-rate", "FLEET_DEMO_BOARD_RATE", 0.5,
 		"loads the demo's board publishes per second (Poisson arrivals; 0 stops the publisher)", role)
+	s.Bool(&c.ResetAdmin, "reset-admin", "FLEET_DEMO_RESET_ADMIN", false,
+		"give admin@demo.test a new one-time password and a new authenticator enrolment (a lost password or phone); without it only the first start prints a password", role)
 }
 
 // Info is what demo.json holds, so a script can follow the demo.
@@ -148,6 +154,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// Supervised like the panel's own: restarted when it dies, counted on
+	// the panel's /metrics as fleet_embedded_restarts_total{service="redis:cell-b"}.
+	rdsB.Supervise(p.Supervision("redis:" + CellB))
 	bcfg := board.Defaults()
 	// On disk, not in memory: load ids go on from the last start, because
 	// the panel's cells remember ids they saw until the loads expire.
@@ -176,7 +185,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			}
 		}
 	}
-	password, err := s.admin(ctx)
+	password, err := s.admin(ctx, cfg.ResetAdmin)
 	if err != nil {
 		return err
 	}
@@ -229,7 +238,8 @@ func writeInfo(dataDir string, info Info) error {
 }
 
 // banner prints what a person needs: where to sign in, with what, and where
-// the board is. It is the one place the one-time password appears.
+// the board is. It is the one place the one-time password appears, and only
+// on the start that set one (the first, or --reset-admin).
 func banner(w io.Writer, info Info, password string) {
 	browsers := 0
 	for _, a := range Agents {
@@ -237,25 +247,36 @@ func banner(w io.Writer, info Info, password string) {
 			browsers++
 		}
 	}
-	var cells []string
+	var cells, others []string
 	for _, t := range Tenants {
 		cells = append(cells, t.Slug+" ("+t.Cell+")")
+		if t.Slug != Tenants[0].Slug {
+			others = append(others, t.Slug)
+		}
 	}
+	signIn := fmt.Sprintf(`%s
+             one-time password: %s
+             (set up two-factor authentication in the browser at this sign-in;
+              later starts keep both; --reset-admin sets new ones)`, info.AdminEmail, password)
+	if password == "" {
+		signIn = fmt.Sprintf(`%s with the password and authenticator set at the first start
+             (lost them? start once with --reset-admin)`, info.AdminEmail)
+	}
+	first := info.ConsoleURL + "t/" + Tenants[0].Slug
 	fmt.Fprintf(w, `
 Fleetwright demo is running.
 
-  Console:   %s
+  Console:   %s   (the overview: the whole fleet in one window)
   Sign in:   %s
-             one-time password: %s
-             (set up two-factor authentication in the browser at this sign-in;
-              every start of the demo prints a new password and asks again)
   Board:     %s   (oracle: %s_sandbox/, admin token in %s)
   Tenants:   %s
   Fleet:     %d agent processes (%d with Chromium); logs in %s
-  Claims:    %sclaims/   latency: %sclaims/latency
+  Claims:    %s/claims   latency: %s/claims/latency   (other tenants: %s)
+  Alarms:    %salarms
 
 Ctrl-C stops everything.
 
-`, info.ConsoleURL, info.AdminEmail, password, info.BoardURL, info.BoardURL, InfoFile(info.DataDir),
-		strings.Join(cells, ", "), len(Agents), browsers, filepath.Join(info.DataDir, "logs"), info.ConsoleURL, info.ConsoleURL)
+`, info.ConsoleURL, signIn, info.BoardURL, info.BoardURL, InfoFile(info.DataDir),
+		strings.Join(cells, ", "), len(Agents), browsers, filepath.Join(info.DataDir, "logs"), first, first,
+		strings.Join(others, ", "), info.ConsoleURL)
 }

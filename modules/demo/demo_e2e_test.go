@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,7 +36,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // every agent online on each tenant's fleet page and the board confirm
 // claims with no duplicate, stops with SIGINT leaving no process behind, and
 // starts again on the same data: nothing is created twice, tokens are
-// reused, a new one-time password works and claims go on.
+// reused, the admin signs in with the same password and authenticator and
+// claims go on; a third start with --reset-admin prints a new password.
+// Every console link the banner prints opens its page.
 func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir, err := os.MkdirTemp(testenv.Dir(t), "demo-")
@@ -70,11 +73,18 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 		tokens[a.Name()] = strings.TrimSpace(string(b))
 	}
 
-	cl := signIn(t, run.console, run.password)
+	cl, secret := signIn(t, run.console, run.password)
+	// Every link the banner prints opens the page it names.
+	for _, l := range run.links {
+		res, _ := do(t, cl, "GET", l, nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, "printed link %s", l)
+	}
+	require.GreaterOrEqual(t, len(run.links), 4)
 	fleetOnline(t, cl, run.console)
 	first := claimsConfirmed(t, run.board, info.BoardAdminToken, 0)
 	panelConfirmed(t, data)
 	crash(t, data, cl, run.console)
+	heal(t, data, run.console)
 
 	// The one-time password is printed once and logged nowhere; no token
 	// reaches the output.
@@ -85,10 +95,12 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 
 	stop(t, p, data)
 
-	// Second start on the same data: reused, not created again.
+	// Second start on the same data: reused, not created again; the admin
+	// keeps their password and authenticator (no new one-time password).
 	p = testenv.Start(t, bin, args)
 	run2 := follow(t, p)
-	require.NotEqual(t, run.password, run2.password, "a new one-time password at each start")
+	require.Empty(t, run2.password, "a later start prints no one-time password")
+	require.NotContains(t, p.Output(), "one-time password")
 	require.NotContains(t, p.Output(), "tenant created", "tenants are reused")
 	for _, a := range demo.Agents {
 		b, err := os.ReadFile(demo.TokenFile(data, a))
@@ -97,23 +109,50 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	}
 	info2 := readInfo(t, data)
 	require.Equal(t, info.BoardAdminToken, info2.BoardAdminToken, "the board keeps its admin token")
-	res, _ := do(t, browserless(), "POST", run2.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {run.password}})
-	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the last start's password no longer works")
-	cl = signIn(t, run2.console, run2.password)
+	cl = signInEnrolled(t, run2.console, run.password, secret)
 	fleetOnline(t, cl, run2.console)
 	claimsConfirmed(t, run2.board, info2.BoardAdminToken, first)
 	stop(t, p, data)
+
+	// Third start with --reset-admin: a new one-time password, the old one
+	// refused, and enrolment again at the next sign-in.
+	p = testenv.Start(t, bin, append(args, "--reset-admin"))
+	run3 := follow(t, p)
+	require.NotEmpty(t, run3.password)
+	require.NotEqual(t, run.password, run3.password)
+	res, _ := do(t, browserless(), "POST", run3.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {run.password}})
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the reset password no longer works")
+	signIn(t, run3.console, run3.password)
+	stop(t, p, data)
 }
 
-type started struct{ console, board, password string }
+type started struct {
+	console, board, password string
+	// links are the console pages the banner names.
+	links []string
+}
 
-// follow waits for the banner and reads the URLs and the password from it.
+var bannerLinkRe = regexp.MustCompile(`(?m)^  (?:Console|Claims|Alarms):.*$`)
+var urlRe = regexp.MustCompile(`http://127\.0\.0\.1:\d+/\S*`)
+
+// follow waits for the banner and reads the URLs, the password (only on
+// the start that sets one) and the console links from it.
 func follow(t *testing.T, p *testenv.Proc) started {
 	t.Helper()
 	var s started
-	s.password = p.WaitFor(`one-time password: (\S+)`, 2*time.Minute)
-	s.console = p.WaitFor(`Console:\s+(http://127\.0\.0\.1:\d+)/`, time.Second)
+	s.console = p.WaitFor(`Console:\s+(http://127\.0\.0\.1:\d+)/`, 2*time.Minute)
 	s.board = p.WaitFor(`Board:\s+(http://127\.0\.0\.1:\d+)/`, time.Second)
+	p.WaitFor(`(Ctrl-C) stops everything`, 10*time.Second)
+	if m := regexp.MustCompile(`one-time password: (\S+)`).FindStringSubmatch(p.Output()); m != nil {
+		s.password = m[1]
+	}
+	for _, line := range bannerLinkRe.FindAllString(p.Output(), -1) {
+		for _, u := range urlRe.FindAllString(line, -1) {
+			if strings.HasPrefix(u, s.console) {
+				s.links = append(s.links, u)
+			}
+		}
+	}
 	return s
 }
 
@@ -157,8 +196,8 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values) (*http.
 var secretRe = regexp.MustCompile(`data-testid="totp-secret">([A-Z2-7 ]+)<`)
 
 // signIn signs the demo admin in with the printed password and enrols TOTP
-// from the page, as a person would.
-func signIn(t *testing.T, console, password string) *http.Client {
+// from the page, as a person would; it returns the enrolled secret.
+func signIn(t *testing.T, console, password string) (*http.Client, string) {
 	t.Helper()
 	cl := browserless()
 	res, _ := do(t, cl, "POST", console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {password}})
@@ -168,7 +207,26 @@ func signIn(t *testing.T, console, password string) *http.Client {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	m := secretRe.FindStringSubmatch(body)
 	require.NotNil(t, m, "the admin enrols TOTP at this sign-in")
-	code, err := totp.GenerateCode(strings.ReplaceAll(m[1], " ", ""), time.Now())
+	secret := strings.ReplaceAll(m[1], " ", "")
+	code, err := totp.GenerateCode(secret, time.Now())
+	require.NoError(t, err)
+	res, _ = do(t, cl, "POST", console+"/signin/mfa", url.Values{"code": {code}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	return cl, secret
+}
+
+// signInEnrolled signs the admin in with the password and the
+// authenticator enrolled before: no enrolment is offered again.
+func signInEnrolled(t *testing.T, console, password, secret string) *http.Client {
+	t.Helper()
+	cl := browserless()
+	res, _ := do(t, cl, "POST", console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {password}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, body := do(t, cl, "GET", console+"/signin/mfa", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotRegexp(t, secretRe, body, "the enrolment survived the restart")
+	// The last code was used a restart ago, several TOTP steps back.
+	code, err := totp.GenerateCode(secret, time.Now())
 	require.NoError(t, err)
 	res, _ = do(t, cl, "POST", console+"/signin/mfa", url.Values{"code": {code}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
@@ -346,4 +404,86 @@ func agentLogs(t *testing.T, data string) {
 		}
 		t.Logf("log of %s:\n%s", a.Name(), strings.Join(lines, "\n"))
 	}
+}
+
+// heal plays the OOM killer on the demo's embedded services: SIGKILL the
+// default cell's redis-server, then every process of the Postgres cluster.
+// The panel starts each again, its cells reconnect on their own, claims of
+// the default cell's tenants are confirmed again, and /metrics counts both
+// restarts.
+func heal(t *testing.T, data, console string) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(data, "postgres"))
+	require.NoError(t, err)
+	pool, err := db.Open(ctx, pg.AppURL(), 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	cellA := map[string]string{}
+	for _, tn := range demo.Tenants {
+		if tn.Cell == "default" {
+			var id string
+			require.NoError(t, pool.QueryRow(ctx, `SELECT id::text FROM tenants WHERE slug = $1`, tn.Slug).Scan(&id))
+			cellA[tn.Slug] = id
+		}
+	}
+	require.NotEmpty(t, cellA)
+	// confirmedSince counts the default cell's claims confirmed after since.
+	confirmedSince := func(since time.Time) (bool, string) {
+		total := 0
+		for slug, id := range cellA {
+			var n int
+			if err := db.TenantRow(ctx, pool, id, `SELECT count(*) FROM claims WHERE state = 'CONFIRMED' AND confirmed_at > $1`, since).Scan(&n); err != nil {
+				return false, slug + ": " + err.Error()
+			}
+			total += n
+		}
+		return total > 0, strconv.Itoa(total)
+	}
+	pidOf := func(path string) int {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+		return n
+	}
+
+	redisPid := pidOf(filepath.Join(data, "redis", "redis.pid"))
+	require.NotZero(t, redisPid)
+	require.NoError(t, syscall.Kill(redisPid, syscall.SIGKILL))
+	killed := time.Now()
+	waitUntil(t, 30*time.Second, "the panel starts its redis-server again", func() (bool, string) {
+		n := pidOf(filepath.Join(data, "redis", "redis.pid"))
+		return n != 0 && n != redisPid && syscall.Kill(n, 0) == nil, strconv.Itoa(n)
+	})
+	waitUntil(t, 90*time.Second, "the default cell claims again after its Redis came back", func() (bool, string) {
+		return confirmedSince(killed)
+	})
+
+	procs := pg.Processes()
+	require.GreaterOrEqual(t, len(procs), 3, "the cluster's processes: %v", procs)
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	killed = time.Now()
+	waitUntil(t, 60*time.Second, "the panel starts its Postgres again", func() (bool, string) {
+		now := pg.Processes()
+		for _, pid := range procs {
+			if slices.Contains(now, pid) {
+				return false, "old process still there"
+			}
+		}
+		return len(now) >= 3, fmt.Sprint(now)
+	})
+	waitUntil(t, 2*time.Minute, "claims are confirmed again after Postgres came back", func() (bool, string) {
+		return confirmedSince(killed)
+	})
+	res, err := http.Get(console + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Contains(t, string(body), `fleet_embedded_restarts_total{service="redis:default"} 1`)
+	require.Contains(t, string(body), `fleet_embedded_restarts_total{service="postgres"} 1`)
+	require.Contains(t, string(body), `fleet_embedded_failed{service="redis:cell-b"} 0`)
 }

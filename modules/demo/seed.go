@@ -221,13 +221,18 @@ func (s *seeder) setBoardURL(ctx context.Context, tenantID, accountID, key strin
 	return nil
 }
 
-// admin creates the demo's administrator, or on a later start gives it a new
-// one-time password and resets its TOTP enrolment and sessions, so every
-// start prints a sign-in that works and enrolment follows in the browser.
-func (s *seeder) admin(ctx context.Context) (string, error) {
+// admin creates the demo's administrator with a one-time password on the
+// first start. Later starts keep its password and TOTP enrolment (a person
+// does not re-enrol an authenticator at every restart) and return "";
+// with reset it gets a new one-time password and its enrolment and
+// sessions are reset, so enrolment follows at the next sign-in.
+func (s *seeder) admin(ctx context.Context, reset bool) (string, error) {
+	u, err := account.UserByEmail(ctx, s.p.DB, AdminEmail)
+	if err == nil && !reset {
+		return "", nil
+	}
 	password := account.GeneratePassword()
 	logging.RegisterSecret(password)
-	u, err := account.UserByEmail(ctx, s.p.DB, AdminEmail)
 	if errors.Is(err, account.ErrNoUser) {
 		_, err = account.CreateUser(ctx, s.p.DB, account.NewUser{Email: AdminEmail, Role: auth.Admin, Password: password}, s.by)
 		if err != nil {
@@ -239,7 +244,7 @@ func (s *seeder) admin(ctx context.Context) (string, error) {
 		return "", err
 	}
 	by := s.by
-	by.Detail = map[string]any{"user_id": u.ID, "reason": "demo start: new one-time password"}
+	by.Detail = map[string]any{"user_id": u.ID, "reason": "demo start with --reset-admin: new one-time password"}
 	if err := account.ResetPassword(ctx, s.p.DB, u.ID, password, by); err != nil {
 		return "", fmt.Errorf("demo: reset admin password: %w", err)
 	}

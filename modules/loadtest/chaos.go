@@ -3,11 +3,9 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/modules/board"
 )
 
@@ -294,7 +292,7 @@ func (r *runner) redisOutage(ctx context.Context) (int, string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	alarmed, _ := r.panelAlarms()
-	nrd, err := embedded.StartRedis(context.WithoutCancel(ctx), embedded.RedisConfig{Dir: filepath.Join(r.dir, "redis-b"), Logger: r.log})
+	nrd, err := r.startRedis(context.WithoutCancel(ctx), 1)
 	r.redisMu.Lock()
 	r.redis[1] = nrd
 	r.redisMu.Unlock()

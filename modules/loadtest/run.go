@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
@@ -65,12 +66,14 @@ type runner struct {
 	byAgentID map[string]*proc
 	secrets   []secret
 
-	rng     *mrand.Rand
-	bg      sync.WaitGroup // chaos that outlives its step (a frozen agent)
-	mu      sync.Mutex
-	hits    map[string]int
-	notes   []string
-	stopped map[*proc]bool
+	rng  *mrand.Rand
+	bg   sync.WaitGroup // chaos that outlives its step (a frozen agent)
+	mu   sync.Mutex
+	hits map[string]int
+	// restarts counts the supervised services' restarts (postgres, redis:a, redis:b).
+	restarts map[string]int
+	notes    []string
+	stopped  map[*proc]bool
 	// maxBrowsers is the most Chromium instances seen at once.
 	maxBrowsers int
 	started     time.Time
@@ -85,7 +88,7 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, out: stdout, hits: map[string]int{}, stopped: map[*proc]bool{},
+	r := &runner{cfg: cfg, out: stdout, hits: map[string]int{}, restarts: map[string]int{}, stopped: map[*proc]bool{},
 		byAgentID: map[string]*proc{}, rng: mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0x10ad7e57))}
 	if r.bin = cfg.Binary; r.bin == "" {
 		if r.bin, err = os.Executable(); err != nil {
@@ -121,6 +124,7 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 		return nil, fmt.Errorf("loadtest: %w", err)
 	}
 	r.log = logging.New(io.MultiWriter(errOut, own), logging.Options{Level: slog.LevelInfo})
+	redis.SetLogger(&logging.Printf{Log: r.log.With("component", "go-redis"), Level: slog.LevelWarn, Every: 10 * time.Second})
 	defer func() {
 		r.teardown()
 		if rep != nil {
@@ -176,8 +180,9 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: filepath.Join(r.dir, "postgres"), NoSync: true, Logger: r.log}); err != nil {
 		return err
 	}
+	r.pg.Supervise(r.supervision("postgres"))
 	for i := range r.redis {
-		if r.redis[i], err = embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(r.dir, "redis-"+string(rune('a'+i))), Logger: r.log}); err != nil {
+		if r.redis[i], err = r.startRedis(ctx, i); err != nil {
 			return err
 		}
 	}
@@ -343,6 +348,32 @@ func (r *runner) setup(ctx context.Context) error {
 	return nil
 }
 
+// startRedis starts cell i's Redis (a: the default cell, b) and supervises it.
+func (r *runner) startRedis(ctx context.Context, i int) (*embedded.Redis, error) {
+	name := string(rune('a' + i))
+	rd, err := embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(r.dir, "redis-"+name), Logger: r.log})
+	if err != nil {
+		return nil, err
+	}
+	rd.Supervise(r.supervision("redis:" + name))
+	return rd, nil
+}
+
+// supervision restarts the run's own services when they die, as a panel
+// restarts its embedded ones; the budget is the run's chaos, not a unit's:
+// it kills them on purpose, once per cycle.
+func (r *runner) supervision(service string) embedded.Supervision {
+	return embedded.Supervision{Service: service, Log: r.log, StartLimitBurst: 1000, StartLimitInterval: time.Minute,
+		Backoff: 500 * time.Millisecond, MaxBackoff: 2 * time.Second,
+		OnRestart: func(s string) {
+			r.mu.Lock()
+			r.restarts[s]++
+			r.mu.Unlock()
+		},
+		OnGiveUp: func(s string) { r.note("the run's %s spent its restart budget", s) },
+	}
+}
+
 func (r *runner) addSecret(v, kind, owner string) {
 	if v == "" {
 		return
@@ -488,7 +519,7 @@ func (r *runner) restoreAll(ctx context.Context) {
 	r.mu.Unlock()
 	r.redisMu.Lock()
 	if r.redis[1] == nil {
-		rd, err := embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(r.dir, "redis-b"), Logger: r.log})
+		rd, err := r.startRedis(ctx, 1)
 		if err != nil {
 			r.note("cell b's Redis did not come back: %v", err)
 		}

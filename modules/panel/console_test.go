@@ -29,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/panel"
+	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
@@ -40,6 +41,8 @@ type console struct {
 	logs   *syncBuffer
 	fleet  *fleet.Store
 	claims *claim.Engine
+	sched  *schedule.Scheduler
+	clk    *clock.Fake
 }
 
 type syncBuffer = testenv.SyncBuffer
@@ -60,12 +63,15 @@ func newConsole(t *testing.T) *console {
 	st.SetAgentNotifier(fleet.PauseNotifier{})
 	eng, err := claim.NewEngine(st, claim.Config{Log: log, Registerer: reg})
 	require.NoError(t, err)
+	// The scheduler on its own fake clock: tests advance it to make runs due.
+	clk := clock.NewFake(time.Now())
+	sched := schedule.New(d.App, schedule.Config{Clock: clk, Log: log, Owner: "test"})
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fl, Claims: eng})
+		Fleet: fl, Claims: eng, Schedules: sched})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
-	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng}
+	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk}
 }
 
 func (c *console) user(t *testing.T, email string, role auth.Role, password string) account.User {

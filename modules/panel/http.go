@@ -11,11 +11,13 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/account"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/console"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
 )
@@ -37,6 +39,9 @@ type HTTPDeps struct {
 	// Claims is the claim engine behind the claim, latency, claim settings,
 	// cells and settings pages (nil: no claim pages).
 	Claims *claim.Engine
+	// Schedules is the scheduler behind the schedules page and the
+	// overview's audit figure (nil: left out).
+	Schedules *schedule.Scheduler
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -74,7 +79,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log})
 	r.Group(func(r chi.Router) {
 		r.Use(acct.Middleware)
-		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell})
+		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
+			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
+		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})

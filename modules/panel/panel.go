@@ -59,6 +59,8 @@ type Config struct {
 	SessionMax  time.Duration
 	// AuditSealInterval is how often the audit chains are sealed and anchored.
 	AuditSealInterval time.Duration
+	// AuditVerifyCron is when the panel verifies the audit log itself (UTC).
+	AuditVerifyCron string
 	// SecretKeyFile holds the key that seals platform credentials at rest;
 	// empty means DataDir/secret.key (created on first start). The
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
@@ -94,6 +96,8 @@ func (c *Config) Register(s *config.Set) {
 		"a console session ends this long after sign-in, used or not", panel)
 	s.Duration(&c.AuditSealInterval, "audit-seal-interval", "FLEET_AUDIT_SEAL_INTERVAL", 10*time.Second,
 		"how often new audit entries are sealed into their hash chains and the heads anchored under --data-dir/audit", panel)
+	s.String(&c.AuditVerifyCron, "audit-verify-cron", "FLEET_AUDIT_VERIFY_CRON", "*/10 * * * *",
+		"when the panel verifies the audit log itself (cron, UTC); the result is the overview's \"audit clean\" figure", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 	s.String(&c.TrustedProxies, "trusted-proxies", "FLEET_TRUSTED_PROXIES", "",
@@ -119,6 +123,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditSealInterval < time.Second {
 		return fmt.Errorf("panel: --audit-seal-interval must be at least 1s, got %s", c.AuditSealInterval)
+	}
+	if c.AuditVerifyCron == "" {
+		c.AuditVerifyCron = "*/10 * * * *"
+	}
+	if _, err := schedule.ParseCron(c.AuditVerifyCron, "UTC"); err != nil {
+		return fmt.Errorf("panel: --audit-verify-cron: %w", err)
 	}
 	if c.DBMaxConns < 4 {
 		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
@@ -154,10 +164,14 @@ type Panel struct {
 	// (Schedules.Register) before or after Start.
 	Schedules *schedule.Scheduler
 	srv       *server.Server
-	bg        sync.WaitGroup
-	bgStop    context.CancelFunc
-	hbStop    context.CancelFunc
-	hbDone    chan struct{}
+	// embedded counts the supervised embedded services' restarts.
+	embedded *embedded.Metrics
+	// supervised names the embedded services this panel supervises.
+	supervised []string
+	bg         sync.WaitGroup
+	bgStop     context.CancelFunc
+	hbStop     context.CancelFunc
+	hbDone     chan struct{}
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -202,6 +216,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.lock, err = embedded.LockDataDir(cfg.DataDir, "a fleetwright panel"); err != nil {
 		return err
 	}
+	p.Reg = prometheus.NewRegistry()
+	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.embedded = embedded.NewMetrics(p.Reg)
 	ownerURL, appURL := cfg.DatabaseURL, cfg.DatabaseAppURL
 	if ownerURL == "" {
 		p.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{
@@ -210,6 +227,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		p.pg.Supervise(p.Supervision("postgres"))
 		ownerURL, appURL = p.pg.OwnerURL(), p.pg.AppURL()
 	}
 	redisURL := cfg.RedisURL
@@ -218,6 +236,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		p.rds.Supervise(p.Supervision("redis:" + cell.DefaultCell))
 		redisURL = p.rds.URL(0)
 	}
 	if err := migrate(ctx, ownerURL, appURL, log); err != nil {
@@ -232,6 +251,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err := db.CheckRowSecurity(ctx, p.DB); err != nil {
 		return err
 	}
+	for _, svc := range p.supervised {
+		p.resolveEmbedded(svc)
+	}
 	ropts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return errors.New("panel: malformed Redis URL (check FLEET_REDIS_URL)")
@@ -239,8 +261,6 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	logging.RegisterSecret(ropts.Password)
 	p.Redis = redis.NewClient(ropts)
 
-	p.Reg = prometheus.NewRegistry()
-	p.Reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.Health = server.NewHealth(p.Reg)
 	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
 	// A cell's Redis is reported, never fatal to readiness: a failing cell
@@ -292,6 +312,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	p.Claims.Store().SetEnqueuer(p.River)
 	p.Schedules.SetEnqueuer(p.River)
+	if err := p.Schedules.Register(auditVerifyKind(p.DB, audit.AnchorFile(cfg.DataDir))); err != nil {
+		return err
+	}
+	if _, err := p.Schedules.Ensure(ctx, schedule.System, auditVerifySpec(cfg.AuditVerifyCron)); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	// A pause switch reaches the agents as a configure command.
 	p.Claims.Store().SetAgentNotifier(fleet.PauseNotifier{})
 	if err := p.River.Start(ctx); err != nil {
@@ -339,7 +365,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims})
+		Claims: p.Claims, Schedules: p.Schedules})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
@@ -368,6 +394,46 @@ func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) err
 	defer owner.Close()
 	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, log)
 }
+
+// Supervision is how the panel supervises an embedded service it runs (its
+// Postgres, its Redis; the demo's second cell's Redis): restarted with a
+// unit's budget, counted in fleet_embedded_restarts_total{service}, and a
+// spent budget logged as an alarm and shown as fleet_embedded_failed.
+func (p *Panel) Supervision(service string) embedded.Supervision {
+	p.supervised = append(p.supervised, service)
+	if p.DB != nil {
+		// Supervised from now on, so running: an alarm of an earlier run is over.
+		p.resolveEmbedded(service)
+	}
+	return embedded.Supervision{Service: service, Metrics: p.embedded, Log: p.log.With("component", "embedded"),
+		OnGiveUp: func(service string) {
+			// A spent Postgres cannot record its own alarm: the error log
+			// and fleet_embedded_failed carry it then.
+			if p.DB == nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := alarm.Raise(ctx, p.DB, alarm.Alarm{Kind: embeddedFailedAlarm, Key: service, Severity: alarm.Critical,
+				Summary: "the embedded " + service + " keeps dying and was not started again",
+				Detail:  "It died more than 5 times within 300 s, so the panel stopped restarting it (fleet_embedded_failed). Its own log and the panel's say why; fix the cause, then restart the panel."})
+			if err != nil {
+				p.log.Error("the embedded service's alarm could not be recorded", "service", service, "err", err)
+			}
+		}}
+}
+
+func (p *Panel) resolveEmbedded(service string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := alarm.Resolve(ctx, p.DB, alarm.System, embeddedFailedAlarm, service, "panel start"); err != nil {
+		p.log.Warn("could not resolve the embedded service's alarm", "service", service, "err", err)
+	}
+}
+
+// embeddedFailedAlarm is the alarm of an embedded service whose restart
+// budget is spent; a panel start resolves it (the service runs again).
+const embeddedFailedAlarm = "embedded.failed"
 
 // Serve serves HTTP until Stop (Start only binds the listener).
 func (p *Panel) Serve() error { return p.srv.Serve() }

@@ -155,6 +155,20 @@ type recent struct {
 	Actor  string
 	Action string
 	Target string
+	// Agent is the acting agent's name when the actor is "agent:<id>/<worker>".
+	Agent *string
+}
+
+// Who names the actor for people: an agent by its name and worker, not
+// its id.
+func (e recent) Who() string {
+	if e.Agent != nil && strings.HasPrefix(e.Actor, "agent:") {
+		if _, worker, ok := strings.Cut(strings.TrimPrefix(e.Actor, "agent:"), "/"); ok && worker != "" {
+			return *e.Agent + " / " + worker
+		}
+		return *e.Agent
+	}
+	return e.Actor
 }
 
 // overview reads only in the tenant's own scope.
@@ -169,7 +183,10 @@ func (d Deps) overview(w http.ResponseWriter, r *http.Request) {
 		if m.Members, err = pgx.CollectRows(rows, pgx.RowToStructByPos[member]); err != nil {
 			return err
 		}
-		rows, err = tx.Query(r.Context(), `SELECT at, actor, action, target FROM audit_log ORDER BY id DESC LIMIT 10`)
+		rows, err = tx.Query(r.Context(), `SELECT a.at, a.actor, a.action, a.target, ag.name
+			FROM (SELECT * FROM audit_log ORDER BY id DESC LIMIT 15) a
+			LEFT JOIN agents ag ON a.actor LIKE 'agent:%' AND ag.id::text = split_part(substr(a.actor, 7), '/', 1)
+			ORDER BY a.id DESC`)
 		if err != nil {
 			return err
 		}

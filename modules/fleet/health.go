@@ -1,0 +1,76 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// KindCount is how many workers of one kind a tenant runs: Total declared
+// on the accounts of its live (not retired) agents, Online reported running
+// by agents connected now.
+type KindCount struct {
+	Kind          string
+	Online, Total int
+}
+
+// WorkerCounts returns the tenant's workers by kind, for the overview.
+func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, error) {
+	by := map[string]*KindCount{}
+	get := func(kind string) *KindCount {
+		if by[kind] == nil {
+			by[kind] = &KindCount{Kind: kind}
+		}
+		return by[kind]
+	}
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id
+			                                AND r.last_seen > now() - make_interval(secs => $1)),
+			       ag.state, ac.workers
+			FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
+			WHERE ag.retired_at IS NULL`, liveWindow.Seconds())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var online bool
+			var st, ws []byte
+			if err := rows.Scan(&online, &st, &ws); err != nil {
+				return err
+			}
+			var specs []wire.WorkerSpec
+			_ = json.Unmarshal(ws, &specs)
+			for _, w := range specs {
+				get(w.Kind).Total++
+			}
+			if !online || st == nil {
+				continue
+			}
+			var state wire.State
+			_ = json.Unmarshal(st, &state)
+			for _, w := range state.Workers {
+				if w.State == wire.WorkerRunning {
+					get(w.Kind).Online++
+				}
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: worker counts: %w", err)
+	}
+	out := make([]KindCount, 0, len(by))
+	for _, k := range by {
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out, nil
+}

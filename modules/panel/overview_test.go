@@ -1,0 +1,201 @@
+package panel_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/claim"
+	fwconsole "github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/schedule"
+	"github.com/fleetwright/fleetwright/modules/tenant"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// testid returns the text inside the element with the data-testid.
+func testid(t *testing.T, body, id string) string {
+	t.Helper()
+	m := regexp.MustCompile(`data-testid="` + regexp.QuoteMeta(id) + `"[^>]*>([^<]*)<`).FindStringSubmatch(body)
+	require.NotNil(t, m, "no element %q in the page", id)
+	return strings.TrimSpace(m[1])
+}
+
+var hrefRe = regexp.MustCompile(`href="([^"]+)"`)
+
+// figuresLinks are the links inside the live block of an overview.
+func figuresLinks(t *testing.T, body string) []string {
+	t.Helper()
+	i := strings.Index(body, `id="overview-figures"`)
+	require.GreaterOrEqual(t, i, 0, "no live overview block")
+	var out []string
+	for _, m := range hrefRe.FindAllStringSubmatch(body[i:], -1) {
+		out = append(out, strings.ReplaceAll(m[1], "&amp;", "&"))
+	}
+	return out
+}
+
+// claimedBy runs one claim of key to a confirmed outcome, held by a real
+// agent of the tenant.
+func (c *console) claimedBy(t *testing.T, tn tenant.Tenant, agentID, key, worker string) {
+	t.Helper()
+	ctx := context.Background()
+	fs, err := c.claims.Store().Filters(ctx, tn.ID)
+	require.NoError(t, err)
+	if len(fs) == 0 {
+		_, err := c.claims.PutFilter(ctx, testBy, tn.ID, claim.Filter{Name: "everything", Enabled: true})
+		require.NoError(t, err)
+	}
+	c.job(t, tn, key, 235000)
+	h := claim.Holder{Agent: agentID, Worker: worker}
+	lr := c.claims.Lease(ctx, tn.ID, h, wire.LeaseRequest{RequestID: "l-" + key, Worker: worker, Key: key})
+	require.True(t, lr.Granted, lr.Reason)
+	require.True(t, c.claims.Act(ctx, tn.ID, h, wire.ActRequest{RequestID: "a-" + key, Worker: worker, Key: key, Token: lr.Token}).OK)
+	sent := time.Now()
+	ok := sent.Add(140 * time.Millisecond)
+	require.True(t, c.claims.Outcome(ctx, tn.ID, h, wire.Outcome{RequestID: "o-" + key, Worker: worker, Key: key, Token: lr.Token,
+		Result: wire.ResultConfirmed, SentAt: &sent, ConfirmedAt: &ok}, claim.Offset{}).OK)
+}
+
+// TestOverviewIsTheOneWindow: the landing page shows the fleet's figures
+// for the user's tenants (and the system's for an admin), each linking to
+// a page that answers; the live fragment serves the same; a tenant's
+// overview shows its own figures and readable activity; alarms are listed
+// and resolved by hand, audited.
+func TestOverviewIsTheOneWindow(t *testing.T) {
+	c := newConsole(t)
+	ctx := context.Background()
+	acme, beta := c.tenant(t, "acme"), c.tenant(t, "beta")
+	const pw = "correct horse battery"
+	c.user(t, "admin@fleet.test", auth.Admin, pw)
+	op := c.user(t, "op@fleet.test", auth.Operator, pw)
+	c.grant(t, op, beta)
+	admin, oper := browserless(), browserless()
+	c.enrolled(t, admin, "admin@fleet.test", pw)
+	c.enrolled(t, oper, "op@fleet.test", pw)
+
+	agentID := c.agent(t, acme)
+	c.claimedBy(t, acme, agentID, "job-1", "actor-1")
+	_, err := alarm.Raise(ctx, c.d.App, alarm.Alarm{Kind: "worker.hung", Key: agentID + "/actor-1", Tenant: acme.ID,
+		Severity: alarm.Critical, Summary: "actor-1 on agent-acme completed nothing for 5m", Link: "/t/acme/fleet"})
+	require.NoError(t, err)
+	_, err = alarm.Raise(ctx, c.d.App, alarm.Alarm{Kind: "cell.failing", Key: "eu", Severity: alarm.Critical,
+		Summary: "cell eu: its Redis refuses connections", Link: "/admin/cells"})
+	require.NoError(t, err)
+
+	// The panel's own audit verification, run by its schedule.
+	require.NoError(t, c.sched.Register(schedule.Kind{Name: "audit.verify", Handle: func(context.Context, schedule.Run) error { return nil }}))
+	_, err = c.sched.Ensure(ctx, schedule.System, schedule.Spec{Name: fwconsole.AuditVerifySchedule, Kind: "audit.verify",
+		Cron: "*/10 * * * *", TimeZone: "UTC", CatchUp: schedule.One, Enabled: true})
+	require.NoError(t, err)
+	res, body := do(t, admin, "GET", c.srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "not verified yet", testid(t, body, "audit-state"))
+	c.clk.Advance(11 * time.Minute)
+	require.NoError(t, c.sched.Tick(ctx))
+	sc, err := c.sched.Get(ctx, schedule.System, fwconsole.AuditVerifySchedule)
+	require.NoError(t, err)
+	require.NoError(t, c.sched.RunPending(ctx, schedule.System, sc.ID))
+
+	res, body = do(t, admin, "GET", c.srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "0", testid(t, body, "duplicates"))
+	require.Equal(t, "1 confirmed", testid(t, body, "confirmed"))
+	require.Equal(t, "0 unknown", testid(t, body, "unknown"))
+	require.Equal(t, "2", testid(t, body, "alarms-open"))
+	require.Contains(t, body, `data-testid="alarms-worker.hung"`)
+	require.Contains(t, body, `data-testid="alarms-cell.failing"`)
+	require.Equal(t, "audit clean", testid(t, body, "audit-state"))
+	require.Contains(t, body, `data-testid="stage-act_sent_confirmed"`)
+	require.Contains(t, body, `data-testid="fig-cells"`)
+	require.Contains(t, body, `data-testid="tenant-acme"`)
+	require.Contains(t, body, `data-testid="tenant-beta"`)
+	require.Contains(t, body, `hx-get="/overview/figures"`)
+	// Every figure links to a page that answers.
+	links := figuresLinks(t, body)
+	require.GreaterOrEqual(t, len(links), 12)
+	for _, l := range links {
+		if strings.HasPrefix(l, "#") {
+			require.Contains(t, body, `id="`+l[1:]+`"`, l)
+			continue
+		}
+		u, err := url.Parse(l)
+		require.NoError(t, err)
+		u.Fragment = ""
+		res, _ := do(t, admin, "GET", c.srv.URL+u.String(), nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, "figure link %s", l)
+	}
+	// The live fragment is the same block.
+	res, frag := do(t, admin, "GET", c.srv.URL+"/overview/figures", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "1 confirmed", testid(t, frag, "confirmed"))
+	require.NotContains(t, frag, "<html")
+
+	// An operator sees their tenants only, and no system figure.
+	res, body = do(t, oper, "GET", c.srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="tenant-beta"`)
+	require.NotContains(t, body, `data-testid="tenant-acme"`)
+	require.NotContains(t, body, `data-testid="fig-cells"`)
+	require.Equal(t, "0", testid(t, body, "alarms-open"))
+	require.Equal(t, "0 confirmed", testid(t, body, "confirmed"))
+
+	// A tenant's overview: its own figures, and activity with names and actions.
+	res, body = do(t, admin, "GET", c.srv.URL+"/t/acme", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `hx-get="/t/acme/overview/figures"`)
+	require.Contains(t, body, `data-testid="activity-who">agent-acme / actor-1<`)
+	require.NotContains(t, body, "agent:"+agentID)
+	require.Contains(t, body, `data-testid="activity-action">claim.`)
+	res, frag = do(t, admin, "GET", c.srv.URL+"/t/acme/overview/figures", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "1 confirmed", testid(t, frag, "confirmed"))
+	require.Equal(t, "1", testid(t, frag, "alarms-open"))
+	require.NotContains(t, frag, `data-testid="per-tenant"`)
+	for _, l := range figuresLinks(t, frag) {
+		u, _ := url.Parse(l)
+		u.Fragment = ""
+		res, _ := do(t, admin, "GET", c.srv.URL+u.String(), nil)
+		require.Equal(t, http.StatusOK, res.StatusCode, "tenant figure link %s", l)
+	}
+	res, _ = do(t, oper, "GET", c.srv.URL+"/t/acme/overview/figures", nil)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+
+	// The alarms page lists both for the admin; the operator sees neither.
+	res, body = do(t, admin, "GET", c.srv.URL+"/alarms", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, "actor-1 on agent-acme completed nothing for 5m")
+	require.Contains(t, body, "cell eu: its Redis refuses connections")
+	res, body = do(t, oper, "GET", c.srv.URL+"/alarms", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotContains(t, body, "agent-acme")
+	require.Contains(t, body, `data-testid="no-alarms"`)
+
+	list, err := alarm.ListTenant(ctx, c.d.App, acme.ID, true, 0)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	res, _ = do(t, oper, "POST", c.srv.URL+"/t/acme/alarms/"+itoa(list[0].ID)+"/resolve", url.Values{})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, _ = do(t, admin, "POST", c.srv.URL+"/t/acme/alarms/"+itoa(list[0].ID)+"/resolve", url.Values{})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	open, err := alarm.IsOpen(ctx, c.d.App, acme.ID, "worker.hung", agentID+"/actor-1")
+	require.NoError(t, err)
+	require.False(t, open)
+	rows := c.audited(t, acme.ID, "alarm.resolve")
+	require.Len(t, rows, 1)
+	require.Equal(t, "admin@fleet.test", rows[0].Actor)
+	res, body = do(t, admin, "GET", c.srv.URL+"/", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "1", testid(t, body, "alarms-open"))
+	_ = beta
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
