@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
@@ -102,16 +104,22 @@ func TestSessionsEndWhenIdleOrTooOld(t *testing.T) {
 }
 
 func TestCookieTransport(t *testing.T) {
+	caddy, err := server.ParseTrustedProxies("127.0.0.1,::1")
+	require.NoError(t, err)
 	for _, c := range []struct {
 		remote, host, proto string
 		tls, secure, dev    bool
+		trusted             []netip.Prefix
 	}{
-		{"127.0.0.1:5000", "127.0.0.1:8080", "", false, false, true},
-		{"127.0.0.1:5000", "localhost:8080", "", false, false, true},
-		{"127.0.0.1:5000", "panel.example.com", "https", false, true, false}, // Caddy on this host
-		{"127.0.0.1:5000", "panel.example.com", "", false, false, false},
-		{"10.0.0.5:5000", "127.0.0.1:8080", "https", false, false, false}, // a remote peer cannot claim TLS
-		{"10.0.0.5:5000", "panel.example.com", "", true, true, false},
+		{"127.0.0.1:5000", "127.0.0.1:8080", "", false, false, true, nil},
+		{"127.0.0.1:5000", "localhost:8080", "", false, false, true, caddy},
+		{"127.0.0.1:5000", "panel.example.com", "https", false, true, false, caddy}, // Caddy on this host
+		{"127.0.0.1:5000", "panel.example.com", "", false, false, false, caddy},
+		{"10.0.0.5:5000", "127.0.0.1:8080", "https", false, false, false, caddy}, // a remote peer cannot claim TLS
+		{"10.0.0.5:5000", "panel.example.com", "", true, true, false, caddy},
+		// Any local process connects from loopback: without
+		// --trusted-proxies its X-Forwarded-Proto is not believed.
+		{"127.0.0.1:5000", "panel.example.com", "https", false, false, false, nil},
 	} {
 		r := httptest.NewRequest(http.MethodGet, "http://"+c.host+"/", nil)
 		r.RemoteAddr, r.Host = c.remote, c.host
@@ -121,6 +129,7 @@ func TestCookieTransport(t *testing.T) {
 		if c.tls {
 			r.TLS = &tlsState
 		}
+		server.RealIP(c.trusted)(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) { r = req })).ServeHTTP(httptest.NewRecorder(), r)
 		secure, dev := transport(r)
 		require.Equal(t, c.secure, secure, "%+v", c)
 		require.Equal(t, c.dev, dev, "%+v", c)

@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/auth"
 )
 
@@ -55,17 +55,15 @@ func hashToken(token string) []byte {
 }
 
 // transport classifies the request's connection for the cookie: secure
-// (TLS here, or TLS at a proxy on this host), dev (plain HTTP to a loopback
-// address from loopback), or neither, where signing in is refused.
+// (TLS here, or TLS at a trusted proxy: --trusted-proxies), dev (plain HTTP
+// to a loopback address from loopback), or neither, where signing in is
+// refused.
 func transport(r *http.Request) (secure, dev bool) {
-	if r.TLS != nil {
+	if r.TLS != nil || server.ForwardedHTTPS(r) {
 		return true, false
 	}
 	if !loopback(hostOnly(r.RemoteAddr)) {
 		return false, false
-	}
-	if r.Header.Get("X-Forwarded-Proto") == "https" {
-		return true, false
 	}
 	return false, loopback(hostOnly(r.Host))
 }
@@ -85,21 +83,9 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// clientIP is the peer's address; behind the proxy on this host it is the
-// address the proxy reports.
-func clientIP(r *http.Request) string {
-	ip := hostOnly(r.RemoteAddr)
-	if loopback(ip) {
-		if x := strings.TrimSpace(r.Header.Get("X-Real-IP")); x != "" {
-			return x
-		}
-		if x := r.Header.Get("X-Forwarded-For"); x != "" {
-			parts := strings.Split(x, ",")
-			return strings.TrimSpace(parts[len(parts)-1])
-		}
-	}
-	return ip
-}
+// clientIP is the client's address: the peer's, or what a trusted proxy
+// reports (server.RealIP).
+func clientIP(r *http.Request) string { return server.ClientIP(r) }
 
 func cookieToken(r *http.Request) string {
 	secure, dev := transport(r)

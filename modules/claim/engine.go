@@ -73,9 +73,13 @@ type Config struct {
 	// StrandedAfter: an UNKNOWN this old with no live reconcile job gets a
 	// new one (default 5m).
 	StrandedAfter time.Duration
-	Clock         clock.Clock
-	Log           *slog.Logger
-	Registerer    prometheus.Registerer
+	// WatchFirst is the first wait of a job's watch after a release in
+	// doubt (default 2s); later waits are half the time watched so far, at
+	// most WatchMaxInterval (WatchDelay).
+	WatchFirst time.Duration
+	Clock      clock.Clock
+	Log        *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) defaults() {
@@ -96,6 +100,7 @@ func (c *Config) defaults() {
 	def(&c.DuplicateWindow, 24*time.Hour)
 	def(&c.ArchiveMargin, 10*time.Minute)
 	def(&c.StrandedAfter, 5*time.Minute)
+	def(&c.WatchFirst, 2*time.Second)
 	if c.Grace <= 0 {
 		c.Grace = c.MinGrace()
 	}
@@ -164,8 +169,34 @@ func NewEngine(store *Store, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("claim: grace %s is below hard timeout + board worst latency + clock error bound = %s",
 			cfg.Grace, cfg.MinGrace())
 	}
-	return &Engine{store: store, cfg: cfg, log: cfg.Log.With("component", "claim"), m: newMetrics(cfg.Registerer),
-		filters: map[string]cachedFilters{}}, nil
+	if cfg.ArchiveMargin < cfg.ClockErrorBound {
+		return nil, fmt.Errorf("claim: archive margin %s is below the clock error bound %s: a load's expiry is the board's clock",
+			cfg.ArchiveMargin, cfg.ClockErrorBound)
+	}
+	e := &Engine{store: store, cfg: cfg, log: cfg.Log.With("component", "claim"), m: newMetrics(cfg.Registerer),
+		filters: map[string]cachedFilters{}}
+	store.observer = e.observeEvidence
+	store.bound = cfg.ClockErrorBound
+	return e, nil
+}
+
+// ConflictAlarm is the stable log message of a conflict; the alarm itself
+// (kind claim.conflict, critical) is raised in the transaction that marks
+// the attempts (applyEvidence).
+const ConflictAlarm = "ALARM: claim conflict: one job booked more than once for one client"
+
+// observeEvidence counts what applied evidence did and logs a conflict.
+func (e *Engine) observeEvidence(res EvidenceResult) {
+	if res.Applied && res.Late {
+		e.m.late.WithLabelValues(string(res.From)).Inc()
+		e.log.Info("late evidence applied", "tenant", res.Tenant, "key", res.Key, "from_state", res.From, "source", res.Source)
+	}
+	if !res.Conflict {
+		return
+	}
+	e.m.conflicts.Inc()
+	e.log.Error(ConflictAlarm, "tenant", res.Tenant, "key", res.Key, "booking_ids", res.BookingIDs,
+		"attempts", res.Tokens, "source", res.Source)
 }
 
 // Store is the engine's store.

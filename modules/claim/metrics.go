@@ -38,6 +38,8 @@ var PanelBuckets = []float64{.0001, .00025, .0005, .001, .002, .003, .005, .0075
 
 type metrics struct {
 	leases, acts, outcomes, dispatched, reconciled *prometheus.CounterVec
+	late, watched                                  *prometheus.CounterVec
+	conflicts, givenUp                             prometheus.Counter
 	stage, panel                                   *prometheus.HistogramVec
 	duplicates                                     *prometheus.GaugeVec
 }
@@ -66,8 +68,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		duplicates: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_claim_duplicate_confirmations",
 			Help: "Extra bookings of one load the board shows for the tenant's client (board evidence only)."}, []string{"tenant"}),
 	}
+	m.late = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_late_evidence_total",
+		Help: "Bookings of an earlier attempt applied to a job's claim after it moved on, by the claim's state before (LEASED, ACTING, UNKNOWN, RELEASED)."},
+		[]string{"from_state"})
+	m.watched = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_claim_watch_total",
+		Help: "Look-ups of jobs whose attempt's fate is in doubt, by result: none, found, settled, expired, incomplete."}, []string{"result"})
+	m.conflicts = prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_claim_conflicts_total",
+		Help: "Conflicts found: one job booked two or more times for one client with different booking ids (board evidence)."})
+	m.givenUp = prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_claim_given_up_total",
+		Help: "Jobs given up after an unknown outcome (released where booking again is not safe)."})
 	if reg != nil {
-		reg.MustRegister(m.leases, m.acts, m.outcomes, m.dispatched, m.reconciled, m.stage, m.panel, m.duplicates)
+		reg.MustRegister(m.leases, m.acts, m.outcomes, m.dispatched, m.reconciled, m.stage, m.panel, m.duplicates,
+			m.late, m.watched, m.conflicts, m.givenUp)
 	}
 	return m
 }

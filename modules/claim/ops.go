@@ -22,6 +22,10 @@ type QueuedJob struct {
 	ClockErrorMS int64
 	Agent        string
 	Worker       string
+	// AfterUnknown (Unleased only): released after an UNKNOWN where the
+	// platform honours idempotency keys; offered again only after a fresh
+	// complete look-up (Engine.reoffer).
+	AfterUnknown bool
 }
 
 // RecordJob writes the panel's record of a job the first time it is queued
@@ -133,7 +137,12 @@ type Resolution struct {
 	Confirm bool
 	// ConfirmedAt is the board's booking time (Confirm only).
 	ConfirmedAt time.Time
-	Evidence    any
+	// GiveUp (a release only): booking the job again is not safe (the
+	// platform does not honour idempotency keys), so the release is final —
+	// outcome GIVEN_UP, never leased again. Either way the job is watched
+	// until its load expires, so a late commit is still found.
+	GiveUp   bool
+	Evidence any
 }
 
 // ErrTooEarly refuses a release before grace has passed since the action
@@ -158,11 +167,17 @@ func (s *Store) Resolve(ctx context.Context, tenant, key string, token int64, gr
 				WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND state = 'UNKNOWN'`
 			args = append(args, nullTime(r.ConfirmedAt))
 		} else {
-			q = `UPDATE claims SET state = 'RELEASED', outcome = 'RELEASED', settled_at = clock_timestamp(),
-				outcome_detail = 'reconciled: a complete look-up found no booking after grace'
-				WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND state = 'UNKNOWN'
+			q = `UPDATE claims SET state = 'RELEASED', settled_at = clock_timestamp(),
+				outcome = CASE WHEN $5 THEN 'GIVEN_UP' ELSE 'RELEASED' END,
+				outcome_detail = CASE WHEN $5
+				    THEN 'given up after an unknown outcome: a complete look-up found no booking after grace, and the platform does not honour idempotency keys'
+				    ELSE 'reconciled: a complete look-up found no booking after grace' END
+				WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND state = 'UNKNOWN' AND NOT late_evidence
 				  AND act_started_at + make_interval(secs => $4) <= clock_timestamp()`
-			args = append(args, grace.Seconds())
+			args = append(args, grace.Seconds(), r.GiveUp)
+			if r.GiveUp {
+				action = "claim.reconcile.give_up"
+			}
 		}
 		tag, err := tx.Exec(ctx, q, args...)
 		if err != nil {
@@ -171,7 +186,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, key string, token int64, gr
 		n = tag.RowsAffected()
 		if n == 0 {
 			if !r.Confirm {
-				err := tx.QueryRow(ctx, `SELECT state = 'UNKNOWN' AND token = $3 FROM claims
+				err := tx.QueryRow(ctx, `SELECT state = 'UNKNOWN' AND token = $3 AND NOT late_evidence FROM claims
 					WHERE tenant_id = $1 AND target_job_key = $2`, tenant, key, token).Scan(&early)
 				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					return err
@@ -179,7 +194,16 @@ func (s *Store) Resolve(ctx context.Context, tenant, key string, token int64, gr
 			}
 			return nil
 		}
-		return appendAudit(ctx, tx, actorReconciler, action, key, map[string]any{"token": token, "evidence": r.Evidence})
+		if err := appendAudit(ctx, tx, actorReconciler, action, key, map[string]any{"token": token, "evidence": r.Evidence}); err != nil {
+			return err
+		}
+		if !r.Confirm {
+			// The released attempt's fate stays in doubt until the load
+			// expires: the job is looked up again with backoff.
+			_, err := s.watchIfInDoubt(ctx, tx, tenant, key)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("claim: resolve %s: %w", key, err)
@@ -254,15 +278,21 @@ func (s *Store) Stranded(ctx context.Context, tenant string, minAge time.Duratio
 // whose load expired on the board more than margin ago into claims_archive,
 // and forgets expired job records. A key is never forgotten while its load
 // can still be booked: a late sighting would book it again. Claims without a
-// known expiry are kept.
+// known expiry are kept. The expiry is the board's clock and the comparison
+// the database's: margin must be at least the clock error bound the engine
+// tolerates (NewEngine refuses a smaller ArchiveMargin).
 func (s *Store) Archive(ctx context.Context, tenant string, margin time.Duration) (int, error) {
 	var n int64
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		// By column name (through jsonb), not position: columns added to
+		// claims later land after archived_at in claims_archive.
 		tag, err := tx.Exec(ctx, `WITH moved AS (
 				DELETE FROM claims WHERE tenant_id = $1 AND state IN ('CONFIRMED','TAKEN','RELEASED')
 				  AND load_expires_at < clock_timestamp() - make_interval(secs => $2)
 				RETURNING *)
-			INSERT INTO claims_archive SELECT *, clock_timestamp() FROM moved`, tenant, margin.Seconds())
+			INSERT INTO claims_archive SELECT r.* FROM moved m,
+			    jsonb_populate_record(NULL::claims_archive, to_jsonb(m) || jsonb_build_object('archived_at', clock_timestamp())) r`,
+			tenant, margin.Seconds())
 		if err != nil {
 			return err
 		}
@@ -357,7 +387,8 @@ func (s *Store) Recent(ctx context.Context, tenant string, window time.Duration,
 }
 
 // Unleased lists the tenant's queued jobs that nobody holds: never leased, or
-// RELEASED (NOT_SENT, an expired lease, a reconciled release), queued between
+// RELEASED (NOT_SENT, an expired lease, a reconciled release not given up),
+// queued between
 // window and olderThan ago and not expired on the board — the jobs worth
 // offering again.
 func (s *Store) Unleased(ctx context.Context, tenant string, olderThan, window time.Duration, limit int) ([]QueuedJob, error) {
@@ -365,10 +396,10 @@ func (s *Store) Unleased(ctx context.Context, tenant string, olderThan, window t
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT j.cell, j.job_key, j.origin, j.destination, j.equipment, j.weight_lbs, j.miles, j.rate_cents,
-			       j.published_at, j.expires_at, j.seen_at, j.queued_at
+			       j.published_at, j.expires_at, j.seen_at, j.queued_at, COALESCE(`+afterUnknown("c")+`, false)
 			FROM claim_jobs j
 			LEFT JOIN claims c ON c.tenant_id = j.tenant_id AND c.target_job_key = j.job_key
-			WHERE (c.tenant_id IS NULL OR c.state = 'RELEASED')
+			WHERE (c.tenant_id IS NULL OR (c.state = 'RELEASED' AND c.outcome IS DISTINCT FROM 'GIVEN_UP'))
 			  AND j.queued_at < clock_timestamp() - make_interval(secs => $1)
 			  AND j.queued_at > clock_timestamp() - make_interval(secs => $2)
 			  AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
@@ -381,7 +412,7 @@ func (s *Store) Unleased(ctx context.Context, tenant string, olderThan, window t
 			q := QueuedJob{Tenant: tenant}
 			var published, expires *time.Time
 			if err := rows.Scan(&q.Cell, &q.Job.Key, &q.Job.Origin, &q.Job.Destination, &q.Job.Equipment, &q.Job.WeightLbs,
-				&q.Job.Miles, &q.Job.RateCents, &published, &expires, &q.SeenAt, &q.QueuedAt); err != nil {
+				&q.Job.Miles, &q.Job.RateCents, &published, &expires, &q.SeenAt, &q.QueuedAt, &q.AfterUnknown); err != nil {
 				return err
 			}
 			if published != nil {

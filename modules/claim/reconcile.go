@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,14 +114,9 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		}
 	}
 	if len(ours) > 0 {
-		at := ours[0].BookedAt
-		for _, b := range ours[1:] {
-			if b.BookedAt.Before(at) {
-				at = b.BookedAt
-			}
-		}
-		err := e.store.Resolve(ctx, a.Tenant, a.Key, a.Token, e.cfg.Grace,
-			Resolution{Confirm: true, ConfirmedAt: at, Evidence: ev})
+		// Each booking is attributed to the attempt that made it and the
+		// claim confirmed, whichever attempt it was.
+		_, err := e.store.ApplyBookings(ctx, a.Tenant, a.Key, ours, sourceReconciler(ev))
 		return w.settled(a, err, "confirmed")
 	}
 	if left > 0 {
@@ -129,8 +125,23 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 		e.m.reconciled.WithLabelValues("too_early").Inc()
 		return river.JobSnooze(left + 50*time.Millisecond)
 	}
+	if c.LateEvidence && c.EvidenceToken != nil {
+		// An earlier attempt's booking was already applied (the claim was
+		// marked while ACTING): evidence is never thrown away, so the claim
+		// settles CONFIRMED by it rather than being released.
+		_, err := e.store.ApplyAttempt(ctx, a.Tenant, a.Key, *c.EvidenceToken, sourceReconciler(ev))
+		return w.settled(a, err, "confirmed")
+	}
+	honours, err := e.store.HonoursIdempotencyKeys(ctx, a.Tenant)
+	if err != nil {
+		return err
+	}
 	err = e.store.Resolve(ctx, a.Tenant, a.Key, a.Token, e.cfg.Grace,
-		Resolution{Evidence: ev})
+		Resolution{Evidence: ev, GiveUp: !honours})
+	if err == nil && !honours {
+		e.m.givenUp.Inc()
+		e.log.Warn("claim given up after an unknown outcome", "tenant", a.Tenant, "key", a.Key, "token", a.Token)
+	}
 	if err == nil {
 		// Leasable again at once, on this replica too.
 		e.forgetFlight(a.Tenant+"\x00"+a.Key, nil)
@@ -193,7 +204,20 @@ func (e *Engine) reoffer(ctx context.Context, tenant string) error {
 	if err != nil {
 		return err
 	}
+	looked := 0
 	for _, j := range jobs {
+		if j.AfterUnknown {
+			// Released after an UNKNOWN where the platform honours
+			// idempotency keys: offered again only after a fresh complete
+			// look-up, a few per sweep (each is a round trip to an agent).
+			if looked >= reofferLookups {
+				continue
+			}
+			looked++
+			if !e.clearForReoffer(ctx, tenant, j.Job.Key) {
+				continue
+			}
+		}
 		if err := e.publish(ctx, j.Cell, tenant, j.Job, j.SeenAt, j.QueuedAt); err != nil {
 			// A failing cell: its tenants wait for it to come back.
 			return nil
@@ -201,6 +225,46 @@ func (e *Engine) reoffer(ctx context.Context, tenant string) error {
 		e.m.dispatched.WithLabelValues("reoffered").Inc()
 	}
 	return nil
+}
+
+// reofferLookups bounds the fresh look-ups one sweep makes per tenant.
+const reofferLookups = 3
+
+// clearForReoffer looks a job released after an UNKNOWN up afresh: a
+// booking found is applied as evidence (the job is then CONFIRMED, not
+// offered); a complete answer without one clears the job for ClearanceFor.
+// Anything else leaves it for the next sweep.
+func (e *Engine) clearForReoffer(ctx context.Context, tenant, key string) bool {
+	lk := e.lookup()
+	if lk == nil {
+		return false
+	}
+	req := wire.Lookup{RequestID: newID(), Keys: []string{key}, Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	res, err := lk.Lookup(lctx, tenant, req)
+	cancel()
+	if err != nil || !res.Complete {
+		return false
+	}
+	var ours []wire.Booking
+	for _, b := range res.Bookings {
+		if b.Key == key {
+			ours = append(ours, b)
+		}
+	}
+	ev := Evidence{LookupID: req.RequestID, Complete: true, Bookings: ours}
+	if len(ours) > 0 {
+		if _, err := e.store.ApplyBookings(ctx, tenant, key, ours, evidenceSource{Name: "reoffer", Actor: actorEngine,
+			ConfirmAction: "claim.reconcile.confirm", Detail: map[string]any{"evidence": ev}}); err != nil {
+			e.log.Warn("re-offer look-up: applying the evidence failed", "tenant", tenant, "key", key, "err", err)
+		}
+		return false
+	}
+	ok, err := e.store.Clear(ctx, tenant, key, ev)
+	if err != nil {
+		e.log.Warn("re-offer: clearing failed", "tenant", tenant, "key", key, "err", err)
+	}
+	return ok
 }
 
 // SweepAll runs one sweep over every tenant.
@@ -295,11 +359,31 @@ func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant s
 	for _, b := range res.Bookings {
 		byKey[b.Key] = append(byKey[b.Key], b)
 	}
+	keys := make([]string, 0, len(byKey))
 	for key, bs := range byKey {
+		keys = append(keys, key)
 		if len(bs) >= 2 {
 			if _, err := e.store.RecordDuplicate(ctx, tenant, key, bs); err != nil {
 				return err
 			}
+		}
+	}
+	// The board's bookings are evidence too: each one our claims do not
+	// yet reflect is applied (a late commit nothing else looked for).
+	need, err := e.store.NeedEvidence(ctx, tenant, keys)
+	if err != nil {
+		return err
+	}
+	for key, bs := range byKey {
+		if len(bs) >= 2 && !slices.Contains(need, key) {
+			need = append(need, key) // a possible conflict: its attempts are marked
+		}
+	}
+	for _, key := range need {
+		ev := Evidence{LookupID: "duplicate-sweep", Complete: true, Bookings: byKey[key]}
+		if _, err := e.store.ApplyBookings(ctx, tenant, key, byKey[key], evidenceSource{Name: "duplicate_sweep",
+			Actor: actorDuplicates, ConfirmAction: "claim.reconcile.confirm", Detail: map[string]any{"evidence": ev}}); err != nil {
+			return err
 		}
 	}
 	total, _, err := e.store.DuplicateConfirmations(ctx, tenant)
@@ -310,9 +394,10 @@ func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant s
 	return nil
 }
 
-// AddWorkers registers the reconciler and the sweeps with River.
+// AddWorkers registers the reconciler, the watch and the sweeps with River.
 func (e *Engine) AddWorkers(w *river.Workers) {
 	river.AddWorker(w, &reconcileWorker{e: e})
+	river.AddWorker(w, &watchWorker{e: e})
 	river.AddWorker(w, &sweepWorker{e: e})
 	river.AddWorker(w, &duplicateSweepWorker{e: e})
 }
@@ -329,4 +414,111 @@ func (e *Engine) PeriodicJobs() []*river.PeriodicJob {
 			func() (river.JobArgs, *river.InsertOpts) { return DuplicateSweepArgs{}, nil },
 			&river.PeriodicJobOpts{ID: "claim.duplicate_sweep"}),
 	}
+}
+
+// WatchArgs is the River job that keeps looking a job up while an attempt's
+// fate is in doubt (released or given up after an UNKNOWN, superseded while
+// UNKNOWN, or a second CONFIRMED without a booking id), until the load
+// expires: a late commit is found within WatchMaxInterval, not at the next
+// duplicate sweep.
+type WatchArgs struct {
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}
+
+// Kind implements river.JobArgs.
+func (WatchArgs) Kind() string { return "claim.watch" }
+
+// InsertOpts keeps one live watch per job (a finished one does not block
+// the next).
+func (WatchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: ReconcileQueue, MaxAttempts: 10000,
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: liveStates}}
+}
+
+type watchWorker struct {
+	river.WorkerDefaults[WatchArgs]
+	e *Engine
+}
+
+// NextRetry: a failed or incomplete look-up is tried again with the
+// reconciler's backoff, never later than WatchMaxInterval.
+func (w *watchWorker) NextRetry(job *river.Job[WatchArgs]) time.Time {
+	return time.Now().Add(min(w.e.cfg.Backoff(job.Attempt), WatchMaxInterval))
+}
+
+// Timeout bounds one look-up.
+func (w *watchWorker) Timeout(*river.Job[WatchArgs]) time.Duration { return time.Minute }
+
+// Work looks the job up once: every booking found is applied as evidence;
+// while an attempt's fate is still in doubt and the load has not expired
+// (by the database clock, past the clock error bound) it looks again after
+// WatchDelay.
+func (w *watchWorker) Work(ctx context.Context, job *river.Job[WatchArgs]) error {
+	e, a := w.e, job.Args
+	doubt, expired, err := e.store.WatchState(ctx, a.Tenant, a.Key, e.cfg.ClockErrorBound, e.cfg.DuplicateWindow)
+	if err != nil {
+		return err
+	}
+	if !doubt {
+		e.m.watched.WithLabelValues("settled").Inc()
+		return nil
+	}
+	if expired {
+		e.m.watched.WithLabelValues("expired").Inc()
+		e.log.Info("claim watch: the load expired with an attempt still in doubt", "tenant", a.Tenant, "key", a.Key)
+		return nil
+	}
+	lk := e.lookup()
+	if lk == nil {
+		return errors.New("claim: watch: no look-up path attached (no gateway)")
+	}
+	req := wire.Lookup{RequestID: newID(), Keys: []string{a.Key}, Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)}
+	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	res, err := lk.Lookup(lctx, a.Tenant, req)
+	cancel()
+	if err != nil {
+		e.m.watched.WithLabelValues("incomplete").Inc()
+		return fmt.Errorf("claim: watch %s: look-up failed: %w", a.Key, err)
+	}
+	if !res.Complete {
+		e.m.watched.WithLabelValues("incomplete").Inc()
+		return fmt.Errorf("claim: watch %s: look-up incomplete (%s)", a.Key, res.Error)
+	}
+	var ours []wire.Booking
+	for _, b := range res.Bookings {
+		if b.Key == a.Key {
+			ours = append(ours, b)
+		}
+	}
+	if len(ours) >= 2 {
+		if _, err := e.store.RecordDuplicate(ctx, a.Tenant, a.Key, ours); err != nil {
+			return err
+		}
+	}
+	if len(ours) > 0 {
+		ev := Evidence{LookupID: req.RequestID, Complete: true, Bookings: ours, GraceLeftMS: 0}
+		if _, err := e.store.ApplyBookings(ctx, a.Tenant, a.Key, ours, sourceWatch(ev)); err != nil {
+			return err
+		}
+		if doubt, _, err = e.store.WatchState(ctx, a.Tenant, a.Key, e.cfg.ClockErrorBound, e.cfg.DuplicateWindow); err != nil {
+			return err
+		}
+		if !doubt {
+			e.m.watched.WithLabelValues("found").Inc()
+			return nil
+		}
+	}
+	e.m.watched.WithLabelValues("none").Inc()
+	return river.JobSnooze(WatchDelay(e.cfg.Clock.Since(job.CreatedAt), e.cfg.WatchFirst))
+}
+
+func sourceReconciler(ev Evidence) evidenceSource {
+	return evidenceSource{Name: "reconciler", Actor: actorReconciler, ConfirmAction: "claim.reconcile.confirm",
+		Detail: map[string]any{"evidence": ev}}
+}
+
+func sourceWatch(ev Evidence) evidenceSource {
+	return evidenceSource{Name: "watch", Actor: actorReconciler, ConfirmAction: "claim.reconcile.confirm",
+		Detail: map[string]any{"evidence": ev}}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 	"github.com/fleetwright/fleetwright/modules/claim"
@@ -66,6 +70,7 @@ func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup)
 
 type recBundle struct {
 	*bundle
+	logs   *testenv.SyncBuffer
 	board  *board.Server
 	client *boardtest.Client
 	load   func() string
@@ -78,7 +83,10 @@ type recBundle struct {
 func setupReconcile(t *testing.T) *recBundle {
 	t.Helper()
 	ctx := context.Background()
+	logs := &testenv.SyncBuffer{}
 	b := setup(t, func(c *claim.Config) {
+		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testenvWriter{t}), nil))
+		c.WatchFirst = 100 * time.Millisecond
 		c.HardTimeout = time.Second
 		c.BoardWorstLatency = 800 * time.Millisecond
 		c.ClockErrorBound = 200 * time.Millisecond
@@ -109,7 +117,7 @@ func setupReconcile(t *testing.T) *recBundle {
 		defer cancel()
 		_ = rc.Stop(sctx)
 	})
-	r := &recBundle{bundle: b, board: s, client: c, h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
+	r := &recBundle{bundle: b, logs: logs, board: s, client: c, h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
 	r.load = func() string {
 		loads, err := s.Publish(ctx, 1, nil)
 		require.NoError(t, err)
@@ -117,6 +125,28 @@ func setupReconcile(t *testing.T) *recBundle {
 		return loads[0].ID
 	}
 	return r
+}
+
+type testenvWriter struct{ t *testing.T }
+
+func (w testenvWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// lookupBookings is the board's answer for key, as a look-up sees it.
+func (r *recBundle) lookupBookings(t *testing.T, key string) []wire.Booking {
+	t.Helper()
+	res, err := boardLookuper{r.client}.Lookup(context.Background(), r.tenant, wire.Lookup{RequestID: "t", Keys: []string{key}})
+	require.NoError(t, err)
+	require.True(t, res.Complete)
+	var out []wire.Booking
+	for _, b := range res.Bookings {
+		if b.Key == key {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // act leases key and starts acting, as an actor does through the engine.
@@ -204,8 +234,12 @@ func TestReconcileLateCommitWaitsForGrace(t *testing.T) {
 	require.Len(t, r.board.Bookings("acme"), 1)
 }
 
+// Keys on: the release after grace is offered again, but only after a fresh
+// complete look-up at the time of the re-offer (the sweep's); before it the
+// lease statement refuses it.
 func TestReconcileNeverSentReleasesAfterGrace(t *testing.T) {
 	r := setupReconcile(t)
+	r.store.SetHonoursIdempotencyKeysForTest(true)
 	ctx := context.Background()
 	key := r.load()
 	token := r.act(t, key)
@@ -223,6 +257,17 @@ func TestReconcileNeverSentReleasesAfterGrace(t *testing.T) {
 	c, err := r.store.Get(ctx, r.tenant, key)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, c.SettledAt.Sub(*c.ActStartedAt), r.engine.Config().Grace, "grace by the database clock")
+	require.Equal(t, "RELEASED", c.Outcome, "keys honoured: released, not given up")
+	// Not before a fresh look-up clears it.
+	lr = r.engine.Lease(ctx, r.tenant, other, wire.LeaseRequest{RequestID: "y0", Worker: other.Worker, Key: key})
+	require.False(t, lr.Granted)
+	require.Equal(t, wire.ReasonHeld, lr.Reason)
+	// The leader's sweep re-offers it after a fresh complete look-up (no cell
+	// is attached here, so the offer itself goes nowhere).
+	require.NoError(t, r.engine.SweepAll(ctx))
+	cleared, err := r.store.AuditLog(ctx, r.tenant, "claim.reoffer.cleared", 5)
+	require.NoError(t, err)
+	require.Len(t, cleared, 1)
 	// Only now can it be leased again, with a higher token.
 	lr = r.engine.Lease(ctx, r.tenant, other, wire.LeaseRequest{RequestID: "y", Worker: other.Worker, Key: key})
 	require.True(t, lr.Granted, lr.Reason)

@@ -21,15 +21,39 @@ const (
 	Released  State = "RELEASED"
 )
 
+// GivenUp is the outcome of a job released after an UNKNOWN where booking it
+// again is not safe (the platform does not honour idempotency keys): the
+// claim rests RELEASED and is never leased again. Only late evidence of a
+// booking moves it (to CONFIRMED).
+const GivenUp = "GIVEN_UP"
+
 // Transitions lists every legal move of a claim row. The database enforces
-// the same table in claim_transition_check() (migrations/0030_claims.sql); a
-// test checks that the two agree pair by pair. NOT_SENT is an outcome, not a
-// resting state: it leaves the claim RELEASED at once.
+// the same table in claim_transition_check() (migrations/0050_claim_attempts.sql);
+// a test checks that the two agree pair by pair. NOT_SENT is an outcome, not
+// a resting state: it leaves the claim RELEASED at once. LEASED → CONFIRMED
+// and RELEASED → CONFIRMED are late evidence: an earlier attempt's booking
+// applied to the job's claim, always with a fresh token (FreshToken).
 var Transitions = map[State][]State{
-	Leased:   {Leased, Acting, Released},
-	Released: {Leased},
+	Leased:   {Leased, Acting, Released, Confirmed},
+	Released: {Leased, Confirmed},
 	Acting:   {Confirmed, Taken, Released, Unknown},
 	Unknown:  {Confirmed, Released},
+}
+
+// FreshToken reports whether a move must take a new fencing token: a
+// re-lease, and late evidence taking the job from a lease that never acted
+// (so that holder's act statement fails) or from a release.
+func FreshToken(from, to State) bool {
+	return (from == Leased && to == Leased) || ((from == Leased || from == Released) && to == Confirmed)
+}
+
+// LegalWith is Legal for a row whose last outcome is outcome: a release
+// given up after an UNKNOWN is never leased again.
+func LegalWith(from, to State, outcome string) bool {
+	if from == Released && to == Leased && outcome == GivenUp {
+		return false
+	}
+	return Legal(from, to)
 }
 
 // Stored are the states a claim row can hold.

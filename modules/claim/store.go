@@ -92,6 +92,13 @@ type Store struct {
 	pool   *pgxpool.Pool
 	river  Enqueuer
 	agents AgentNotifier
+	// observer hears what applied evidence did (the engine's metrics and
+	// conflict alarm); bound is the engine's clock error bound.
+	observer func(EvidenceResult)
+	bound    time.Duration
+	// honours overrides HonoursIdempotencyKeys (tests, until the tenant
+	// setting exists).
+	honours func(ctx context.Context, tenant string) (bool, error)
 }
 
 // NewStore returns a store on the application role's pool; river inserts the
@@ -132,15 +139,35 @@ const wantedSQL = `EXISTS (SELECT 1 FROM claim_filters f WHERE f.tenant_id = $1 
 const reviewOK = `(t.review_above_cents IS NULL OR j.rate_cents <= t.review_above_cents
       OR EXISTS (SELECT 1 FROM claim_reviews r WHERE r.tenant_id = $1 AND r.job_key = $2 AND r.state = 'APPROVED'))`
 
+// afterUnknown is true for a claim row (alias a) released by the reconciler
+// after an UNKNOWN: its attempt acted, and the outcome is a release (not
+// NOT_SENT, whose attempt provably never sent).
+func afterUnknown(a string) string {
+	return `(` + a + `.outcome IN ('RELEASED', 'GIVEN_UP') AND ` + a + `.act_started_at IS NOT NULL)`
+}
+
+// reLeasable is true for a claim row (alias a) that may be leased again: a
+// lease that expired unused, or a release; never one given up after an
+// UNKNOWN, and one released after an UNKNOWN only within p seconds of a
+// fresh complete look-up that found no booking (Store.Clear, run by the
+// re-offer where the platform honours idempotency keys).
+func reLeasable(a, p string) string {
+	return `((` + a + `.state = 'LEASED' AND ` + a + `.lease_expires_at < clock_timestamp())
+      OR (` + a + `.state = 'RELEASED' AND ` + a + `.outcome IS DISTINCT FROM 'GIVEN_UP'
+          AND NOT (` + afterUnknown(a) + ` AND (` + a + `.cleared_at IS NULL
+                   OR ` + a + `.cleared_at < clock_timestamp() - make_interval(secs => ` + p + `)))))`
+}
+
 // leaseSQL grants the first lease with an insert, and a re-lease only from
-// RELEASED or LEASED-and-expired, by one conditional upsert: ACTING and
+// RELEASED (not given up; cleared by a fresh look-up when it followed an
+// UNKNOWN) or LEASED-and-expired, by one conditional upsert: ACTING and
 // UNKNOWN are never re-leased. At READ COMMITTED a concurrent insert of the
 // same key waits for the first to commit and then re-checks the condition
 // against the committed row, so exactly one racer gets a row back. The pause
 // switches, the tenant's filters (against the panel's record of the job, so
 // Redis can never make a tenant book a load it did not want), the load's
 // expiry, the daily cap and review are read in the same statement.
-const leaseSQL = `
+var leaseSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
                     lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, load_expires_at, cell)
 SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, gen_random_uuid(),
@@ -153,7 +180,7 @@ WHERE j.tenant_id = $1 AND j.job_key = $2
   -- A loser that already sees a live claim stops here, without queueing
   -- for the row lock; the ON CONFLICT condition below still decides.
   AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
-      AND NOT (x.state = 'RELEASED' OR (x.state = 'LEASED' AND x.lease_expires_at < clock_timestamp())))
+      AND NOT ` + reLeasable("x", "$6") + `)
   AND ` + wantedSQL + `
   AND ` + capOK + `
   AND ` + reviewOK + `
@@ -165,8 +192,9 @@ ON CONFLICT (tenant_id, target_job_key) DO UPDATE SET
     queued_at = EXCLUDED.queued_at, clock_error_ms = EXCLUDED.clock_error_ms,
     load_expires_at = EXCLUDED.load_expires_at, cell = EXCLUDED.cell,
     act_deadline = NULL, act_started_at = NULL, act_sent_at = NULL, confirmed_at = NULL,
-    outcome = NULL, outcome_detail = NULL, settled_at = NULL, attempts = c.attempts + 1
-WHERE c.state = 'RELEASED' OR (c.state = 'LEASED' AND c.lease_expires_at < clock_timestamp())
+    outcome = NULL, outcome_detail = NULL, settled_at = NULL, attempts = c.attempts + 1,
+    late_evidence = false, evidence_token = NULL, cleared_at = NULL
+WHERE ` + reLeasable("c", "$6") + `
 RETURNING token, operation_id::text, leased_at, lease_expires_at,
           (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, attempts`
 
@@ -185,8 +213,8 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	var remainingMS int64
 	b := &pgx.Batch{}
 	b.Queue("SELECT set_config('app.tenant_id', $1, true)", req.Tenant)
-	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds())
-	b.Queue(leaseDiagSQL, req.Tenant, req.Key)
+	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(), ClearanceFor.Seconds())
+	b.Queue(leaseDiagSQL, req.Tenant, req.Key, ClearanceFor.Seconds())
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -202,7 +230,7 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	var d leaseDiag
 	err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
-		&d.reviewFine, &d.rate, &d.state)
+		&d.reviewFine, &d.rate, &d.state, &d.blocked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, &Refusal{Reason: ReasonUnknownJob}
 	}
@@ -217,14 +245,19 @@ type leaseDiag struct {
 	globalPaused, tenantPaused, haveJob, expired, wanted, capFine, reviewFine bool
 	rate                                                                      int64
 	state                                                                     *string
+	// blocked: a release that may not be leased again (given up, or not
+	// cleared by a fresh look-up after an UNKNOWN).
+	blocked bool
 }
 
-const leaseDiagSQL = `
+var leaseDiagSQL = `
 SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
        COALESCE(j.expires_at <= clock_timestamp(), false),
        j.job_key IS NOT NULL AND ` + wantedSQL + `, ` + capOK + `,
        j.job_key IS NULL OR ` + reviewOK + `, COALESCE(j.rate_cents, 0),
-       (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2)
+       (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2),
+       COALESCE((SELECT x.state = 'RELEASED' AND NOT ` + reLeasable("x", "$3") + ` FROM claims x
+                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false)
 FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
 WHERE t.id = $1`
 
@@ -240,7 +273,7 @@ func (s *Store) leaseRefusal(ctx context.Context, tenant, key string, d leaseDia
 		return &Refusal{Reason: ReasonPaused, State: st}
 	case !d.haveJob || d.expired:
 		return &Refusal{Reason: ReasonUnknownJob, State: st}
-	case st != "" && st != Released && st != Leased:
+	case st != "" && st != Released && st != Leased, d.blocked:
 		return &Refusal{Reason: ReasonHeld, State: st}
 	case !d.wanted:
 		return &Refusal{Reason: ReasonFiltered, State: st}
@@ -369,8 +402,10 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 
 // Report records an actor's outcome. It checks token, holder and state but
 // not expiry: a true CONFIRMED may arrive late (even after the sweeper made
-// the claim UNKNOWN). UNKNOWN and its reconcile job
-// are written in one transaction, so no UNKNOWN is ever stranded.
+// the claim UNKNOWN). UNKNOWN and its reconcile job are written in one
+// transaction, so no UNKNOWN is ever stranded. A CONFIRMED of an earlier
+// attempt of the job is never refused: it is applied as late evidence
+// (reportSlow); stale TAKEN, NOT_SENT and UNKNOWN are refused.
 func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h Holder, o Outcome) error {
 	var set string
 	switch o.Result {
@@ -388,7 +423,7 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 	q := `UPDATE claims SET ` + set + `, act_sent_at = COALESCE($6, act_sent_at), outcome_detail = $8,
 		confirmed_at = CASE WHEN $9 THEN COALESCE($7::timestamptz, clock_timestamp()) ELSE confirmed_at END
 		WHERE tenant_id = $1 AND target_job_key = $2 AND token = $3 AND holder_agent = $4
-		  AND holder_worker = $5 AND (state = 'ACTING' OR (state = 'UNKNOWN' AND $9))
+		  AND holder_worker = $5 AND NOT late_evidence AND (state = 'ACTING' OR (state = 'UNKNOWN' AND $9))
 		RETURNING ` + settledCols
 	args := []any{tenant, key, token, h.Agent, h.Worker, nullTime(o.SentAt), nullTime(o.ConfirmedAt), truncate(o.Detail, 500),
 		// A true CONFIRMED may arrive after the sweeper made the claim
@@ -419,7 +454,9 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 		return fmt.Errorf("claim: report %s: %w", key, err)
 	}
 	if n == 0 {
-		return s.refusal(ctx, tenant, key, token, h, false)
+		// A CONFIRMED of another attempt, a claim marked late_evidence, or
+		// a refusal: decided under the claim's lock.
+		return s.reportSlow(ctx, tenant, key, token, h, o)
 	}
 	return nil
 }
@@ -540,19 +577,23 @@ type Claim struct {
 	ConfirmedAt, SettledAt       *time.Time
 	PublishedAt, SeenAt, QueueAt *time.Time
 	LoadExpiresAt                *time.Time
+	// LateEvidence: confirmed from late evidence (or, while ACTING, marked
+	// to be settled so); EvidenceToken is the attempt whose booking it is.
+	LateEvidence  bool
+	EvidenceToken *int64
 }
 
 const claimCols = `tenant_id::text, target_job_key, state, token, holder_agent::text, holder_worker, operation_id::text,
 	COALESCE(outcome, ''), COALESCE(outcome_detail, ''), attempts, COALESCE(cell, ''), COALESCE(clock_error_ms, 0),
 	leased_at, lease_expires_at, act_started_at, act_sent_at, confirmed_at, settled_at,
-	published_at, seen_at, queued_at, load_expires_at`
+	published_at, seen_at, queued_at, load_expires_at, late_evidence, evidence_token`
 
 func scanClaim(r pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	err := r.Scan(&c.Tenant, &c.Key, &c.State, &c.Token, &c.Holder.Agent, &c.Holder.Worker, &c.OperationID,
 		&c.Outcome, &c.Detail, &c.Attempts, &c.Cell, &c.ClockErrorMS,
 		&c.LeasedAt, &c.LeaseExpiresAt, &c.ActStartedAt, &c.ActSentAt, &c.ConfirmedAt, &c.SettledAt,
-		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt)
+		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt, &c.LateEvidence, &c.EvidenceToken)
 	return c, err
 }
 

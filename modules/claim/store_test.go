@@ -128,8 +128,12 @@ func TestFencing(t *testing.T) {
 	// The old token is refused everywhere: acting, reporting, by the engine.
 	_, err = b.store.StartActing(ctx, b.tenant, "LD-1", short.Token, a1, 10*time.Second)
 	require.Equal(t, claim.ReasonStaleToken, reason(t, err))
-	err = b.store.Report(ctx, b.tenant, "LD-1", short.Token, a1, claim.Outcome{Result: claim.Confirmed})
-	require.Equal(t, claim.ReasonStaleToken, reason(t, err))
+	// A stale TAKEN, NOT_SENT or UNKNOWN is a definitive refusal (a stale
+	// CONFIRMED is evidence: TestLateConfirmedOfAnEarlierAttempt).
+	for _, r := range []claim.State{claim.Taken, claim.NotSent, claim.Unknown} {
+		err = b.store.Report(ctx, b.tenant, "LD-1", short.Token, a1, claim.Outcome{Result: r})
+		require.Equal(t, claim.ReasonStaleToken, reason(t, err), r)
+	}
 	ar := b.engine.Act(ctx, b.tenant, a1, actReq("LD-1", short.Token))
 	require.False(t, ar.OK)
 	require.Equal(t, "stale_token", ar.Reason)
@@ -201,15 +205,46 @@ func TestTransitionsMatchTrigger(t *testing.T) {
 				_, err := super.Exec(ctx, `UPDATE claims SET state = $3 WHERE tenant_id = $1 AND target_job_key = $2`, b.tenant, key, string(s))
 				require.NoError(t, err, "path to %s", from)
 			}
-			// A transition changes the state; LEASED → LEASED is a re-lease
-			// and takes a new token.
+			// A transition changes the state; a re-lease and late evidence
+			// (LEASED or RELEASED → CONFIRMED) take a new token.
 			q := `UPDATE claims SET state = $3 WHERE tenant_id = $1 AND target_job_key = $2`
-			if from == to {
+			if from == to || claim.FreshToken(from, to) {
 				q = `UPDATE claims SET state = $3, token = nextval('claim_token') WHERE tenant_id = $1 AND target_job_key = $2`
 			}
 			_, err = super.Exec(ctx, q, b.tenant, key, string(to))
 			require.Equalf(t, claim.Legal(from, to), err == nil, "%s → %s: Go says legal=%v, database said %v", from, to, claim.Legal(from, to), err)
 		}
+	}
+	// The fresh token is required, not optional: late evidence keeping the
+	// token would let the current holder's act statement through.
+	for _, from := range []claim.State{claim.Leased, claim.Released} {
+		key := "F-" + string(from)
+		_, err := super.Exec(ctx, `INSERT INTO claims (tenant_id, target_job_key, state, token, holder_agent, holder_worker,
+			operation_id, lease_expires_at, leased_at) VALUES ($1, $2, 'LEASED', nextval('claim_token'), $3, 'w',
+			gen_random_uuid(), now() + interval '1 minute', now())`, b.tenant, key, uuid())
+		require.NoError(t, err)
+		if from == claim.Released {
+			_, err = super.Exec(ctx, `UPDATE claims SET state = 'RELEASED' WHERE tenant_id = $1 AND target_job_key = $2`, b.tenant, key)
+			require.NoError(t, err)
+		}
+		_, err = super.Exec(ctx, `UPDATE claims SET state = 'CONFIRMED' WHERE tenant_id = $1 AND target_job_key = $2`, b.tenant, key)
+		require.ErrorContains(t, err, "fresh fencing token", "%s → CONFIRMED with the same token", from)
+		require.True(t, claim.FreshToken(from, claim.Confirmed))
+	}
+	// A release given up after an UNKNOWN is never leased again: Go and
+	// the trigger agree.
+	for _, outcome := range []string{"RELEASED", "NOT_SENT", claim.GivenUp} {
+		key := "G-" + outcome
+		_, err := super.Exec(ctx, `INSERT INTO claims (tenant_id, target_job_key, state, token, holder_agent, holder_worker,
+			operation_id, lease_expires_at, leased_at) VALUES ($1, $2, 'LEASED', nextval('claim_token'), $3, 'w',
+			gen_random_uuid(), now() + interval '1 minute', now())`, b.tenant, key, uuid())
+		require.NoError(t, err)
+		_, err = super.Exec(ctx, `UPDATE claims SET state = 'RELEASED', outcome = $3 WHERE tenant_id = $1 AND target_job_key = $2`,
+			b.tenant, key, outcome)
+		require.NoError(t, err)
+		_, err = super.Exec(ctx, `UPDATE claims SET state = 'LEASED', token = nextval('claim_token') WHERE tenant_id = $1 AND target_job_key = $2`,
+			b.tenant, key)
+		require.Equalf(t, claim.LegalWith(claim.Released, claim.Leased, outcome), err == nil, "RELEASED (%s) → LEASED: database said %v", outcome, err)
 	}
 	// Only LEASED may be inserted.
 	for _, s := range claim.Stored {

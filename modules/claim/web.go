@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
@@ -73,7 +74,7 @@ func Mount(r chi.Router, d WebDeps) {
 // by names the signed-in operator for the audit log.
 func by(r *http.Request) audit.Entry {
 	u := auth.UserFrom(r.Context())
-	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr}
+	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r)}
 }
 
 func (w *web) fail(rw http.ResponseWriter, r *http.Request, what string, err error) {
@@ -117,6 +118,8 @@ type claimsModel struct {
 	Window      string
 	Claims      []Claim
 	Dups        int
+	Safety      SafetyCounts
+	Conflicts   []Conflict
 	Query       string
 	FleetPaused bool
 	States      []State
@@ -141,6 +144,12 @@ func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 		return m, err
 	}
 	if m.Dups, _, err = w.Engine.store.DuplicateConfirmations(ctx, at.ID); err != nil {
+		return m, err
+	}
+	if m.Safety, err = w.Engine.store.Safety(ctx, at.ID); err != nil {
+		return m, err
+	}
+	if m.Conflicts, err = w.Engine.store.Conflicts(ctx, at.ID, 20); err != nil {
 		return m, err
 	}
 	m.FleetPaused, err = w.Engine.store.FleetPaused(ctx)

@@ -65,6 +65,13 @@ func (s *Store) Enqueue(ctx context.Context, tenant, agentID, kind string, body 
 }
 
 func enqueueTx(ctx context.Context, tx pgx.Tx, tenant, agentID, kind string, body []byte, by audit.Entry, id *string) error {
+	var mine bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE id::text = $1 AND tenant_id = $2)`, agentID, tenant).Scan(&mine); err != nil {
+		return err
+	}
+	if !mine {
+		return ErrNotTenantAgent
+	}
 	if err := tx.QueryRow(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
 		VALUES ($1, $2, $3, $4, $5) RETURNING id::text`, tenant, agentID, kind, body, by.Actor).Scan(id); err != nil {
 		return err

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -112,22 +111,9 @@ func (g *Gateway) claimEngine() Claims {
 	return g.claims
 }
 
-// remoteAddr is the agent's egress address. X-Forwarded-For is trusted only
-// from a proxy on loopback (Caddy beside the panel), and then its last entry
-// (the one Caddy appended) is taken.
-func remoteAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
-			parts := strings.Split(xff, ",")
-			return strings.TrimSpace(parts[len(parts)-1])
-		}
-	}
-	return host
-}
+// remoteAddr is the agent's egress address: the peer's, or what a trusted
+// proxy (--trusted-proxies) reports.
+func remoteAddr(r *http.Request) string { return server.ClientIP(r) }
 
 // ServeHTTP accepts one agent connection and serves it until it ends.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {

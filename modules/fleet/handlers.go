@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"errors"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
@@ -37,7 +38,7 @@ func Mount(r chi.Router, d Deps) {
 		{"restart-worker", d.command(CmdRestartWorker)},
 		{"retire", d.retire},
 	} {
-		r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/"+a.path, auth.Require(auth.FleetSteer, a.h))
+		r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/"+a.path, auth.Require(auth.FleetSteer, d.ownAgent(a.h)))
 	}
 	// A new token can unlock the account's credentials: admins only, with a
 	// second confirmation (the agent's name typed again).
@@ -46,7 +47,7 @@ func Mount(r chi.Router, d Deps) {
 
 func actor(r *http.Request) audit.Entry {
 	u := auth.UserFrom(r.Context())
-	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr}
+	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r)}
 }
 
 func (d Deps) model(r *http.Request) (PageModel, error) {
@@ -92,7 +93,7 @@ func (d Deps) command(kind string) http.HandlerFunc {
 		body := CommandBody{Worker: r.FormValue("worker"), Reason: "from the console by " + auth.UserFrom(r.Context()).Email}
 		if _, err := d.Store.Enqueue(r.Context(), t.ID, chi.URLParam(r, "agent"), kind, body, actor(r)); err != nil {
 			d.Log.Warn("fleet command", "kind", kind, "err", err)
-			d.back(w, r, "bad", "The command could not be sent: "+err.Error())
+			d.back(w, r, "bad", "The command could not be sent: "+d.shown(err))
 			return
 		}
 		d.back(w, r, "ok", "Sent "+strings.ReplaceAll(kind, "_", " ")+"; the agent confirms it within seconds.")
@@ -102,7 +103,7 @@ func (d Deps) command(kind string) http.HandlerFunc {
 func (d Deps) retire(w http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
 	if err := d.Store.Retire(r.Context(), t.ID, chi.URLParam(r, "agent"), "retired from the console", actor(r)); err != nil {
-		d.back(w, r, "bad", "The agent could not be retired: "+err.Error())
+		d.back(w, r, "bad", "The agent could not be retired: "+d.shown(err))
 		return
 	}
 	d.back(w, r, "ok", "Agent retired: it wipes its credentials and stops; its token now answers \"retired\".")
@@ -149,7 +150,7 @@ func (d Deps) rotateToken(w http.ResponseWriter, r *http.Request) {
 	}
 	token, err := d.Store.RotateToken(r.Context(), t.ID, id, actor(r))
 	if err != nil {
-		d.back(w, r, "bad", "No new token: "+err.Error())
+		d.back(w, r, "bad", "No new token: "+d.shown(err))
 		return
 	}
 	d.showToken(w, r, name, token)

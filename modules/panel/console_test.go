@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -47,7 +48,10 @@ type console struct {
 
 type syncBuffer = testenv.SyncBuffer
 
-func newConsole(t *testing.T) *console {
+func newConsole(t *testing.T) *console { return newConsoleWith(t, nil) }
+
+// newConsoleWith is newConsole behind the given trusted proxies.
+func newConsoleWith(t *testing.T, trusted []netip.Prefix) *console {
 	d := testenv.DB(t)
 	logs := &syncBuffer{}
 	// Every line the panel writes, at every level, through the same
@@ -68,7 +72,7 @@ func newConsole(t *testing.T) *console {
 	sched := schedule.New(d.App, schedule.Config{Clock: clk, Log: log, Owner: "test"})
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fl, Claims: eng, Schedules: sched})
+		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
 	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk}

@@ -3,6 +3,7 @@ package panel
 import (
 	"log/slog"
 	"net/http"
+	"net/netip"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,6 +40,9 @@ type HTTPDeps struct {
 	// Claims is the claim engine behind the claim, latency, claim settings,
 	// cells and settings pages (nil: no claim pages).
 	Claims *claim.Engine
+	// TrustedProxies are the peers whose X-Real-IP, X-Forwarded-For and
+	// X-Forwarded-Proto are believed (--trusted-proxies); none by default.
+	TrustedProxies []netip.Prefix
 	// Schedules is the scheduler behind the schedules page and the
 	// overview's audit figure (nil: left out).
 	Schedules *schedule.Scheduler
@@ -70,6 +74,7 @@ var KernelRoutes = map[string]bool{
 // cross-origin protection and security headers.
 func NewHTTP(d HTTPDeps) *HTTP {
 	r := server.NewRouter(d.Log, d.Reg)
+	r.Use(server.RealIP(d.TrustedProxies))
 	server.Mount(r, d.Health, d.Reg)
 	static.Mount(r)
 	if d.AgentGateway != nil {

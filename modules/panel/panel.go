@@ -66,9 +66,9 @@ type Config struct {
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
 	SecretKeyFile string
 	// TrustedProxies lists the proxies (addresses or CIDR prefixes, comma
-	// separated) whose X-Forwarded-Proto the agent gateway believes: behind
-	// Caddy, an agent's credentials go out only when Caddy says the agent's
-	// own leg was https. Empty trusts no proxy.
+	// separated) whose forwarded client address and scheme are believed.
+	// Behind Caddy, the agent gateway hands out credentials only when Caddy
+	// says the agent's own leg was https.
 	TrustedProxies string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
@@ -96,21 +96,18 @@ func (c *Config) Register(s *config.Set) {
 		"a console session ends this long after sign-in, used or not", panel)
 	s.Duration(&c.AuditSealInterval, "audit-seal-interval", "FLEET_AUDIT_SEAL_INTERVAL", 10*time.Second,
 		"how often new audit entries are sealed into their hash chains and the heads anchored under --data-dir/audit", panel)
+	s.String(&c.TrustedProxies, "trusted-proxies", "FLEET_TRUSTED_PROXIES", "",
+		"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are believed (e.g. 127.0.0.1,::1 behind Caddy on this host); empty: none", panel)
 	s.String(&c.AuditVerifyCron, "audit-verify-cron", "FLEET_AUDIT_VERIFY_CRON", "*/10 * * * *",
 		"when the panel verifies the audit log itself (cron, UTC); the result is the overview's \"audit clean\" figure", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
-	s.String(&c.TrustedProxies, "trusted-proxies", "FLEET_TRUSTED_PROXIES", "",
-		"comma-separated addresses or CIDR prefixes of the reverse proxies (Caddy) whose X-Forwarded-* headers are believed; empty: none", panel)
 }
 
 // Validate checks the combination of settings before anything starts.
 func (c *Config) Validate() error {
 	if c.DatabaseURL != "" && c.DatabaseAppURL == "" {
 		return errors.New("panel: --database-url needs --database-app-url (FLEET_DATABASE_APP_URL): the panel runs as an application role that is neither owner, superuser nor BYPASSRLS")
-	}
-	if _, err := config.Prefixes(c.TrustedProxies); err != nil {
-		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
 	}
 	if c.DatabaseURL == "" && c.DatabaseAppURL != "" {
 		return errors.New("panel: --database-app-url is only used with --database-url (FLEET_DATABASE_URL)")
@@ -123,6 +120,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditSealInterval < time.Second {
 		return fmt.Errorf("panel: --audit-seal-interval must be at least 1s, got %s", c.AuditSealInterval)
+	}
+	if _, err := server.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
 	}
 	if c.AuditVerifyCron == "" {
 		c.AuditVerifyCron = "*/10 * * * *"
@@ -346,12 +346,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: %w", err)
 	}
 	p.Fleet = fleet.NewStore(p.DB, v)
-	proxies, err := config.Prefixes(cfg.TrustedProxies)
+	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
-		return fmt.Errorf("panel: --trusted-proxies: %w", err)
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
 	}
 	p.Gateway = fleet.NewGateway(p.Fleet, p.Claims, fleet.GatewayConfig{
-		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: proxies}, log)
+		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
@@ -365,7 +365,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims, Schedules: p.Schedules})
+		Claims: p.Claims, Schedules: p.Schedules, TrustedProxies: trusted})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {

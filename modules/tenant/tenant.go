@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
@@ -123,7 +124,7 @@ func (d Deps) renderList(w http.ResponseWriter, r *http.Request, status int, m l
 func (d Deps) create(w http.ResponseWriter, r *http.Request) {
 	u := auth.UserFrom(r.Context())
 	slug, name := r.PostFormValue("slug"), r.PostFormValue("name")
-	t, err := Create(r.Context(), d.DB, slug, name, audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr})
+	t, err := Create(r.Context(), d.DB, slug, name, audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r)})
 	var fe FieldErrors
 	if errors.As(err, &fe) {
 		d.renderList(w, r, http.StatusUnprocessableEntity, listModel{Slug: slug, Name: name, Errors: fe})
