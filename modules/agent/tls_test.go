@@ -169,11 +169,13 @@ func TestCredentialsArriveSealedToTheInstallationKey(t *testing.T) {
 	require.Equal(t, pub, p.hello(t).InstallKey, "hello carries the state dir's installation key")
 	pc := p.session(t)
 	stored := func() wire.Credentials {
+		// The agent holds the database; a busy moment reads as nothing yet.
 		st, err := store.Open(context.Background(), h.cfg.StateDir)
-		require.NoError(t, err)
+		if err != nil {
+			return wire.Credentials{}
+		}
 		defer st.Close()
-		c, _, err := st.Credentials(context.Background())
-		require.NoError(t, err)
+		c, _, _ := st.Credentials(context.Background())
 		return c
 	}
 	require.Eventually(t, func() bool { return stored().Password.Reveal() == testPassword }, 10*time.Second, 10*time.Millisecond)
@@ -199,7 +201,8 @@ func TestCredentialsArriveSealedToTheInstallationKey(t *testing.T) {
 		return strings.Contains(h.logs.String(), "installation_key_mismatch") && strings.Contains(h.logs.String(), "new-installation")
 	}, 10*time.Second, 10*time.Millisecond, h.logs.String())
 	require.Contains(t, h.logs.String(), wire.ErrSealedForAnother.Error())
-	c := stored()
+	var c wire.Credentials
+	require.Eventually(t, func() bool { c = stored(); return c.Username != "" }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, "dispatch42", c.Username, "a box for another key changes nothing")
 	require.Equal(t, testPassword, c.Password.Reveal())
 	require.NotContains(t, h.logs.String(), testPassword)

@@ -77,14 +77,31 @@ func noSecrets(t *testing.T, w wire.Welcome, raw, key string) {
 	require.True(t, w.Credentials.TOTPSecret.IsZero())
 }
 
-func storedCredentials(t *testing.T, dir string) wire.Credentials {
-	t.Helper()
+// storedCredentials reads the agent's state while it runs; a busy database
+// (the agent writing) reads as nothing yet.
+func storedCredentials(dir string) wire.Credentials {
 	st, err := store.Open(context.Background(), dir)
-	require.NoError(t, err)
+	if err != nil {
+		return wire.Credentials{}
+	}
 	defer st.Close()
-	c, _, err := st.Credentials(context.Background())
-	require.NoError(t, err)
+	c, _, _ := st.Credentials(context.Background())
 	return c
+}
+
+// installKey reads the agent's installation key from its state dir.
+func installKey(t *testing.T, dir string) *ecdh.PrivateKey {
+	var key *ecdh.PrivateKey
+	require.Eventually(t, func() bool {
+		st, err := store.Open(context.Background(), dir)
+		if err != nil {
+			return false
+		}
+		defer st.Close()
+		key, err = st.InstallKey(context.Background())
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	return key
 }
 
 // TestRotatedTokenAloneYieldsNoCredentials is the attack of issue 12 (4):
@@ -99,7 +116,7 @@ func TestRotatedTokenAloneYieldsNoCredentials(t *testing.T) {
 	url := b.gateway(t, fleet.GatewayConfig{})
 	id, token := b.agent(t, "acct-k")
 	dir, _ := runAgent(t, url, token)
-	require.Eventually(t, func() bool { return storedCredentials(t, dir).Password.Reveal() == "pw-acct-k-Secret!" },
+	require.Eventually(t, func() bool { return storedCredentials(dir).Password.Reveal() == "pw-acct-k-Secret!" },
 		15*time.Second, 50*time.Millisecond, "the real agent receives the credentials sealed to its key")
 	var pinned *string
 	require.NoError(t, db.TenantRow(context.Background(), b.db.App, b.tenant, `SELECT install_key FROM agents WHERE id = $1`, id).Scan(&pinned))
@@ -138,11 +155,7 @@ func TestRotatedTokenAloneYieldsNoCredentials(t *testing.T) {
 
 	// The real agent, with its state dir, gets them with the new token.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(newToken+"\n"), 0o600))
-	st, err := store.Open(context.Background(), dir)
-	require.NoError(t, err)
-	key, err := st.InstallKey(context.Background())
-	require.NoError(t, err)
-	require.NoError(t, st.Close())
+	key := installKey(t, dir)
 	w, _ := helloAs(t, url, wire.Hello{Token: wire.NewSecret(newToken), InstallKey: wire.InstallKeyString(key.PublicKey())}, wire.Current, nil)
 	require.NotNil(t, w.SealedCredentials)
 	c, err := w.SealedCredentials.Open(key, id)

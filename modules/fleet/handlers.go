@@ -42,7 +42,7 @@ func Mount(r chi.Router, d Deps) {
 	}
 	// A new token can unlock the account's credentials: admins only, with a
 	// second confirmation (the agent's name typed again).
-	r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/rotate-token", auth.Require(auth.FleetSecrets, d.rotateToken))
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/rotate-token", auth.Require(auth.FleetSecrets, d.ownAgent(d.rotateToken)))
 }
 
 func actor(r *http.Request) audit.Entry {

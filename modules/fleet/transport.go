@@ -10,12 +10,12 @@ import (
 // transport says whether an agent's connection was encrypted end to end as
 // far as the panel can tell, and describes it for the log:
 //   - TLS terminated by the panel itself: secure;
-//   - from a trusted proxy (--trusted-proxies): secure only if the proxy says
-//     the agent's leg was https (the last X-Forwarded-Proto entry, the one the
-//     proxy beside the panel wrote);
-//   - from loopback with no forwarding header: a local agent, secure;
-//   - anything else (a remote peer on cleartext, or a loopback peer that
-//     forwards for someone but is not a trusted proxy): not secure.
+//   - with no forwarding header, the peer is the agent: secure only on
+//     loopback (a local agent, also when loopback is a trusted proxy);
+//   - forwarded by a trusted proxy (--trusted-proxies): secure only if the
+//     proxy says the agent's leg was https (the last X-Forwarded-Proto
+//     entry, the one the proxy beside the panel wrote);
+//   - forwarded by anyone else, loopback included: not secure.
 func transport(r *http.Request, trusted []netip.Prefix) (secure bool, how string) {
 	if r.TLS != nil {
 		return true, "tls"
@@ -31,6 +31,13 @@ func transport(r *http.Request, trusted []netip.Prefix) (secure bool, how string
 	peer = peer.Unmap()
 	forwarded := r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("X-Forwarded-Proto") != "" ||
 		r.Header.Get("Forwarded") != "" || r.Header.Get("X-Real-IP") != ""
+	if !forwarded {
+		// Nobody in between: the peer is the agent itself.
+		if peer.IsLoopback() {
+			return true, "loopback"
+		}
+		return false, "cleartext from " + peer.String()
+	}
 	for _, p := range trusted {
 		if p.Contains(peer) {
 			proto := lastListEntry(r.Header.Values("X-Forwarded-Proto"))
@@ -43,13 +50,7 @@ func transport(r *http.Request, trusted []netip.Prefix) (secure bool, how string
 			return false, proto + " via trusted proxy " + peer.String()
 		}
 	}
-	if peer.IsLoopback() {
-		if forwarded {
-			return false, "cleartext from a loopback proxy that is not in --trusted-proxies"
-		}
-		return true, "loopback"
-	}
-	return false, "cleartext from " + peer.String()
+	return false, "cleartext from " + peer.String() + ", a proxy that is not in --trusted-proxies"
 }
 
 // lastListEntry is the last comma-separated entry of a header's values.

@@ -28,7 +28,10 @@ func TestTransportSecurity(t *testing.T) {
 		{"trusted proxy, agent on https", "10.0.0.2:4000", false, map[string]string{"X-Forwarded-Proto": "https"}, caddy, true},
 		{"trusted proxy, agent on http", "10.0.0.2:4000", false, map[string]string{"X-Forwarded-Proto": "http"}, caddy, false},
 		{"trusted proxy, spoofed chain", "10.0.0.2:4000", false, map[string]string{"X-Forwarded-Proto": "https, http"}, caddy, false},
-		{"trusted proxy, silent", "10.0.0.2:4000", false, nil, caddy, false},
+		{"trusted proxy, silent", "10.0.0.2:4000", false, map[string]string{"X-Forwarded-For": "203.0.113.5"}, caddy, false},
+		{"trusted proxy peer, no proxying, remote", "10.0.0.2:4000", false, nil, caddy, false},
+		{"local agent while loopback is a trusted proxy", "127.0.0.1:4000", false, nil, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, true},
+		{"loopback trusted proxy forwarding http", "127.0.0.1:4000", false, map[string]string{"X-Forwarded-For": "203.0.113.5", "X-Forwarded-Proto": "http"}, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, false},
 		{"untrusted private peer", "10.0.0.3:4000", false, map[string]string{"X-Forwarded-Proto": "https"}, caddy, false},
 	} {
 		r := httptest.NewRequest("GET", "/agent/ws", nil)

@@ -64,6 +64,12 @@ func TestNewAgentTokenNeedsAnAdminAndASecondConfirmation(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, rotate)
 
+	// Another tenant's agent is not found here, even for an admin.
+	bravo := c.tenant(t, "bravo")
+	other := c.agent(t, bravo)
+	res, _ = do(t, ac, "POST", c.srv.URL+"/t/alpha/fleet/agents/"+other+"/rotate-token", url.Values{"confirm": {"agent-bravo"}})
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+
 	// The first POST only asks for the confirmation.
 	res, body = do(t, ac, "POST", c.srv.URL+rotate, url.Values{})
 	require.Equal(t, http.StatusOK, res.StatusCode)
