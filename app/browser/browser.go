@@ -11,10 +11,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"github.com/go-rod/rod"
-	"github.com/go-rod/rod/lib/cdp"
 	"github.com/go-rod/rod/lib/launcher"
 	"github.com/go-rod/rod/lib/launcher/flags"
 	"github.com/go-rod/rod/lib/proto"
@@ -36,19 +34,11 @@ const DefaultBinary = "/usr/bin/chromium"
 // EnvBinary overrides the binary path when Options.Binary is empty.
 const EnvBinary = "FLEET_CHROMIUM"
 
-// EnvUser names the unprivileged user Chromium runs as when this process is
-// root, when Options.User is empty.
-const EnvUser = "FLEET_BROWSER_USER"
-
-// DefaultUser is that user when neither Options.User nor $FLEET_BROWSER_USER
-// names one: it exists on every Debian system.
-const DefaultUser = "nobody"
-
 // BaseFlags are the switches every launch carries, besides --headless, a
-// fresh --user-data-dir and --remote-debugging-pipe. They keep Chromium
-// from phoning home, updating itself or needing a GPU or /dev/shm. Chromium's
-// sandbox stays on: there is no --no-sandbox here (see Options.NoSandbox).
+// fresh --user-data-dir and --remote-debugging-port=0. They keep Chromium
+// from phoning home, updating itself or needing a GPU or /dev/shm.
 var BaseFlags = []string{
+	"no-sandbox",
 	"disable-gpu",
 	"disable-quic",
 	"disable-background-networking",
@@ -81,17 +71,6 @@ type Options struct {
 	// ExtraFlags are additional switches without the leading dashes
 	// ("name" or "name=value"), for a caller that knows why it needs them.
 	ExtraFlags []string
-	// User is the unprivileged user Chromium runs as when this process is
-	// root (Chromium's sandbox refuses root, and the browser must not hold
-	// the agent's files): empty means $FLEET_BROWSER_USER, then "nobody".
-	// Ignored when not root: Chromium then runs as this process's user.
-	User string
-	// NoSandbox turns Chromium's sandbox off: the escape hatch for a
-	// container that cannot give it user namespaces (--browser-no-sandbox).
-	// Every launch with it logs a warning.
-	NoSandbox bool
-	// Log receives that warning; nil means slog.Default().
-	Log *slog.Logger
 }
 
 // Browser is a running Chromium with its CDP connection. Close kills the
@@ -103,9 +82,6 @@ type Browser struct {
 	dataDir string
 	cmd     *exec.Cmd
 	exited  chan struct{}
-	pipe    *pipe
-	user    runAs
-	stderr  tail
 
 	closeOnce sync.Once
 	closeErr  error
@@ -171,13 +147,9 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if err := checkBinary(bin); err != nil {
 		return nil, err
 	}
-	who, err := browserUser(opts)
+	dir, err := os.MkdirTemp("", "fleet-chromium-")
 	if err != nil {
-		return nil, err
-	}
-	dir, tmp, err := userDataDir(who)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("browser: user-data dir: %w", err)
 	}
 	w, h := opts.size()
 
@@ -185,13 +157,11 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	// Replace go-rod's defaults wholesale: exactly our switches, no leakless
 	// helper (the process group is killed by Close), never a download.
 	l.Flags = map[flags.Flag][]string{
-		flags.Bin:         {bin},
-		flags.UserDataDir: {dir},
-		// CDP over two pipes only this process holds, instead of a TCP
-		// port any local process could connect to.
-		"remote-debugging-pipe": nil,
-		flags.Headless:          nil,
-		"window-size":           {strconv.Itoa(w), strconv.Itoa(h)},
+		flags.Bin:                 {bin},
+		flags.UserDataDir:         {dir},
+		flags.RemoteDebuggingPort: {"0"},
+		flags.Headless:            nil,
+		"window-size":             {strconv.Itoa(w), strconv.Itoa(h)},
 	}
 	for _, f := range append(append([]string(nil), BaseFlags...), opts.ExtraFlags...) {
 		name, val, hasVal := strings.Cut(f, "=")
@@ -210,49 +180,31 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if al := opts.acceptLanguage(); al != "" {
 		l.Flags["accept-lang"] = []string{al}
 	}
-	if opts.NoSandbox {
-		l.Flags["no-sandbox"] = nil
-		log := opts.Log
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn("browser: Chromium runs WITHOUT its sandbox (--browser-no-sandbox): a page that exploits the renderer runs as "+
-			who.name+" with everything that user can read; give the container user namespaces and drop the flag",
-			"binary", bin, "user", who.name)
-	}
-	env := os.Environ()
 	if opts.Timezone != "" {
-		env = append(env, "TZ="+opts.Timezone)
+		l.Flags[flags.Env] = append(os.Environ(), "TZ="+opts.Timezone)
 	}
-	if who.switched {
-		// The browser's own user cannot read root's HOME: its profile,
-		// caches and crash dumps go under its data dir.
-		env = append(env, "HOME="+dir, "XDG_CONFIG_HOME="+filepath.Join(dir, ".config"),
-			"XDG_CACHE_HOME="+filepath.Join(dir, ".cache"), "TMPDIR="+tmp)
-	}
-	l.Flags[flags.Env] = env
 
 	// Chromium is started by us, not by go-rod, so it gets the parent-death
 	// signal from unit.StartProcess: a SIGKILLed agent takes its browser
 	// down instead of leaving it running (go-rod's own launch has no such
 	// hook, and its leakless helper is an extra binary).
-	b := &Browser{opts: opts, dataDir: dir, user: who}
-	if err := b.start(ctx, l); err != nil {
-		_ = b.kill()
+	b := &Browser{opts: opts, dataDir: dir}
+	u, err := b.start(ctx, l)
+	if err != nil {
+		b.kill()
 		return nil, fmt.Errorf("browser: launch %s: %w", bin, err)
 	}
+	rb := rod.New().ControlURL(u)
+	if err := rb.Connect(); err != nil {
+		b.kill()
+		return nil, fmt.Errorf("browser: connect: %w", err)
+	}
+	b.Browser = rb
 	return b, nil
 }
 
 // PID is the browser's main process id (also its process group id).
 func (b *Browser) PID() int { return b.pid }
-
-// User is the name of the user Chromium runs as.
-func (b *Browser) User() string { return b.user.name }
-
-// Sandboxed reports whether Chromium runs with its sandbox (always, unless
-// Options.NoSandbox).
-func (b *Browser) Sandboxed() bool { return !b.opts.NoSandbox }
 
 // DataDir is the temporary user-data dir, removed by Close.
 func (b *Browser) DataDir() string { return b.dataDir }
@@ -333,10 +285,6 @@ func (b *Browser) kill() error {
 		}
 		waitGroupGone(b.pid, 5*time.Second)
 	}
-	if b.pipe != nil {
-		// Chromium is gone; this ends go-rod's reader if it still waits.
-		_ = b.pipe.Close()
-	}
 	if err := os.RemoveAll(b.dataDir); err != nil {
 		return fmt.Errorf("browser: remove user-data dir: %w", err)
 	}
@@ -394,108 +342,51 @@ func GroupMembers(pgid int) []int {
 	return out
 }
 
-// start runs Chromium with the launcher's arguments, its DevTools pipes as
-// fds 3 and 4, as the browser's user, and connects go-rod over the pipes.
-func (b *Browser) start(ctx context.Context, l *launcher.Launcher) error {
+// devtoolsRe finds the DevTools address Chromium prints on its stderr.
+var devtoolsRe = regexp.MustCompile(`DevTools listening on (ws://\S+)`)
+
+// start runs Chromium with the launcher's arguments and returns its DevTools
+// WebSocket address.
+func (b *Browser) start(ctx context.Context, l *launcher.Launcher) (string, error) {
 	bin := l.Get(flags.Bin)
 	cmd := exec.Command(bin, l.FormatArgs()...)
 	if env, ok := l.GetFlags(flags.Env); ok {
 		cmd.Env = env
 	}
-	cmd.Dir = b.dataDir
-	p, childIn, childOut, err := newPipes()
-	if err != nil {
-		return err
-	}
-	b.pipe = p
-	cmd.ExtraFiles = []*os.File{childIn, childOut} // fd 3: Chromium reads; fd 4: it writes
-	if b.user.switched {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: b.user.uid, Gid: b.user.gid, NoSetGroups: true}}
-	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		_ = childIn.Close()
-		_ = childOut.Close()
-		return err
+		return "", err
 	}
-	err = unit.StartProcess(cmd, syscall.SIGKILL)
-	// Chromium holds its own copies now; ours would keep the pipe open
-	// after Chromium dies, and a read would never see the end.
-	_ = childIn.Close()
-	_ = childOut.Close()
-	if err != nil {
-		return err
+	if err := unit.StartProcess(cmd, syscall.SIGKILL); err != nil {
+		return "", err
 	}
 	b.cmd, b.pid, b.exited = cmd, cmd.Process.Pid, make(chan struct{})
+	found := make(chan string, 1)
 	go func() {
 		// Keep draining stderr for the browser's whole life: a full pipe
-		// would block Chromium. The last lines explain a failed start.
+		// would block Chromium.
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			b.stderr.add(sc.Text())
+			if m := devtoolsRe.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		_ = cmd.Wait()
 		close(b.exited)
 	}()
-
-	b.Browser = rod.New().Client(cdp.New().Start(p))
-	// One round trip proves Chromium is up and speaking CDP on the pipe.
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	err = b.Browser.Connect()
-	if err == nil {
-		_, err = (proto.BrowserGetVersion{}).Call(b.Browser.Context(sctx))
+	select {
+	case u := <-found:
+		return u, nil
+	case <-b.exited:
+		return "", errors.New("chromium exited before it listened for DevTools")
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(60 * time.Second):
+		return "", errors.New("chromium did not listen for DevTools within 60 s")
 	}
-	if err != nil {
-		select {
-		case <-b.exited:
-			return b.exitError()
-		case <-time.After(500 * time.Millisecond):
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("chromium did not answer on its DevTools pipe within 60 s: %w", err)
-	}
-	return nil
-}
-
-// exitError explains a Chromium that exited during its start.
-func (b *Browser) exitError() error {
-	last := b.stderr.lines()
-	msg := "chromium exited during its start"
-	if len(last) > 0 {
-		msg += ": " + strings.Join(last, " | ")
-	}
-	if strings.Contains(strings.Join(last, "\n"), "sandbox") {
-		msg += " — Chromium's sandbox needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; " +
-			"in a container, a seccomp profile that allows them); only where that is impossible, run the agent with --browser-no-sandbox"
-	}
-	return errors.New(msg)
-}
-
-// tail keeps the last lines Chromium wrote on stderr.
-type tail struct {
-	mu   sync.Mutex
-	last []string
-}
-
-func (t *tail) add(line string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(line) > 300 {
-		line = line[:300]
-	}
-	t.last = append(t.last, line)
-	if len(t.last) > 6 {
-		t.last = t.last[len(t.last)-6:]
-	}
-}
-
-func (t *tail) lines() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append([]string(nil), t.last...)
 }

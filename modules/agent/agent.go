@@ -80,9 +80,6 @@ type WorkerEnv struct {
 	// Browsers are the agent's browser slots: take one before launching
 	// Chromium, give it back after closing it.
 	Browsers chan struct{}
-	// BrowserUser and BrowserNoSandbox are Config's, for every launch.
-	BrowserUser      string
-	BrowserNoSandbox bool
 	// Event reports an event to the panel (kept across reconnects).
 	Event func(wire.Event)
 	Clock clock.Clock
@@ -133,13 +130,6 @@ type Config struct {
 	// BrowserSlots bounds the Chromium processes the agent runs at once
 	// (--browser-slots, FLEET_AGENT_BROWSER_SLOTS, default 2).
 	BrowserSlots int
-	// BrowserUser is the unprivileged user Chromium runs as when the agent
-	// runs as root (--browser-user, FLEET_BROWSER_USER; default "nobody").
-	BrowserUser string
-	// BrowserNoSandbox turns Chromium's sandbox off, for a container that
-	// cannot give it user namespaces (--browser-no-sandbox); every browser
-	// start then logs a warning.
-	BrowserNoSandbox bool
 }
 
 func (c *Config) defaults() {
@@ -309,15 +299,12 @@ func (c *Config) Register(s *config.Set) {
 	s.String(&c.PanelCAFile, "panel-ca-file", "FLEET_PANEL_CA_FILE", "", "PEM file of the private CA that signs the panel's certificate; when set, only it is trusted", role)
 	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
-	s.String(&c.BrowserUser, "browser-user", "FLEET_BROWSER_USER", "", "when the agent runs as root: the unprivileged user Chromium runs as (empty: nobody)", role)
-	s.Bool(&c.BrowserNoSandbox, "browser-no-sandbox", "FLEET_BROWSER_NO_SANDBOX", false, "run Chromium WITHOUT its sandbox: only for a container that cannot give it user namespaces; warns at every start", role)
 	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600)", config.Roles("agent", "agent reset-state"))
 }
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
-		BrowserUser: a.cfg.BrowserUser, BrowserNoSandbox: a.cfg.BrowserNoSandbox,
 		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind)}
 }
 
