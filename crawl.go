@@ -1,27 +1,357 @@
 package main
 
 import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/fleetwright/fleetwright/app/config"
+	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
+	"github.com/fleetwright/fleetwright/modules/schedule"
 )
+
+var crawlSubs = []string{"validate", "apply", "run", "list", "runs", "items", "pause", "resume", "egress"}
+
+const crawlUsage = `Usage: fleetwright crawl SUBCOMMAND [flags]
+
+  validate FILE…            check job files against the schema (docs/CRAWL.md); every error names its field path and line; exit 1 on any
+  apply FILE… --tenant T    store each file as its job's next version (unchanged text changes nothing); keeps the job's schedule in step
+  run NAME --tenant T       queue a run now (a running panel with crawler agents executes it); --wait follows it to its end
+  list --tenant T           the tenant's jobs, their versions and last runs
+  runs NAME --tenant T      a job's runs with their figures
+  items NAME --tenant T     a job's items: --format table|jsonl|csv, --run ID, --contains TEXT, --limit N
+  pause NAME / resume NAME  pause or resume a job and its schedule
+  egress --tenant T --allow CIDR… --port N…   set the tenant's egress allowlist (admin; audited; docs/EGRESS.md)
+
+The database flags are the admin commands' (--data-dir, --database-url, --database-app-url).
+`
 
 // runCrawl is `fleetwright crawl SUBCOMMAND`.
 func runCrawl(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stdout, "Usage: fleetwright crawl validate FILE…")
-		fmt.Fprintln(stdout, "  validate  check crawl job files against the schema (docs/CRAWL.md); every error names its field path and line; exit 1 on any")
+		fmt.Fprint(stdout, crawlUsage)
 		return 0
 	}
-	switch args[0] {
-	case "validate":
+	sub := args[0]
+	known := false
+	for _, s := range crawlSubs {
+		known = known || s == sub
+	}
+	if !known {
+		fmt.Fprintf(stderr, "fleetwright: unknown command \"crawl %s\"; crawl takes: %s (see fleetwright crawl --help)\n", sub, strings.Join(crawlSubs, ", "))
+		return 2
+	}
+	if sub == "validate" {
 		return crawlValidate(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "fleetwright: unknown command \"crawl %s\"; crawl takes: validate (see fleetwright crawl --help)\n", args[0])
-	return 2
+	var o adminOptions
+	var c crawlOptions
+	s := adminFlags(&o, "crawl "+sub)
+	s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the tenant (slug)")
+	s.Bool(&c.wait, "wait", "", false, "run: wait for the run to end and print its figures (exit 1 unless it succeeded)")
+	s.Duration(&c.timeout, "timeout", "", time.Hour, "run --wait: give up waiting after this long")
+	s.Enum(&c.format, "format", "", "table", []string{"table", "jsonl", "csv"}, "items: output format")
+	s.String(&c.run, "run", "", "", "items: only the items this run saw")
+	s.String(&c.contains, "contains", "", "", "items: only items whose data contains this text")
+	s.Int(&c.limit, "limit", "", 0, "items: at most this many (0: all); runs: default 20")
+	s.List(&c.allow, "allow", "", "egress: an allowed CIDR range or address (repeatable)")
+	s.List(&c.ports, "port", "", "egress: an allowed extra port (repeatable)")
+	var pos []string
+	rest := args[1:]
+	for {
+		r, err := s.Parse(rest, os.Getenv)
+		if errors.Is(err, config.ErrHelp) {
+			fmt.Fprint(stdout, crawlUsage+"\nFlags:\n")
+			s.PrintDefaults(stdout)
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "fleetwright crawl %s: %v (see fleetwright crawl --help)\n", sub, err)
+			return 2
+		}
+		if len(r) == 0 {
+			break
+		}
+		pos, rest = append(pos, r[0]), r[1:]
+	}
+	need := map[string]int{"apply": -1, "run": 1, "runs": 1, "items": 1, "pause": 1, "resume": 1, "list": 0, "egress": 0}[sub]
+	switch {
+	case o.tenant == "":
+		fmt.Fprintf(stderr, "fleetwright crawl %s: --tenant is required\n", sub)
+		return 2
+	case need == -1 && len(pos) == 0:
+		fmt.Fprintf(stderr, "fleetwright crawl %s: give one or more job files\n", sub)
+		return 2
+	case need >= 0 && len(pos) != need:
+		fmt.Fprintf(stderr, "fleetwright crawl %s: takes %d argument(s) (the job's name), got %d\n", sub, need, len(pos))
+		return 2
+	}
+	log := logging.New(stderr, logging.Options{Format: o.logFormat, Level: level(o.logLevel)})
+	ctx, stop := signalContext()
+	defer stop()
+	code := 0
+	err := withAppDB(ctx, o, log, func(pool *pgxpool.Pool) error {
+		t, err := claim.NewStore(pool, nil).TenantBySlug(ctx, o.tenant)
+		if err != nil {
+			return err
+		}
+		rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+		if err != nil {
+			return fmt.Errorf("crawl: river: %w", err)
+		}
+		sch := schedule.New(pool, schedule.Config{Log: log})
+		svc := crawl.NewService(pool, rc, sch)
+		if err := svc.RegisterSchedule(); err != nil {
+			return err
+		}
+		code, err = crawlCommand(ctx, svc, t.ID, sub, pos, c, stdout, stderr)
+		return err
+	})
+	if err != nil {
+		var errs *spec.Errors
+		if errors.As(err, &errs) {
+			for _, fe := range errs.List {
+				fmt.Fprintf(stderr, "  %s %s\n", errs.File, fe.String())
+			}
+			return 1
+		}
+		fmt.Fprintf(stderr, "fleetwright crawl %s: %s\n", sub, logging.Scrub(err.Error()))
+		return 1
+	}
+	return code
+}
+
+type crawlOptions struct {
+	wait          bool
+	timeout       time.Duration
+	format        string
+	run, contains string
+	limit         int
+	allow, ports  []string
+}
+
+func crawlCommand(ctx context.Context, svc *crawl.Service, tenant, sub string, pos []string, c crawlOptions, stdout, stderr io.Writer) (int, error) {
+	by := cliActor()
+	job := func() (crawl.Job, error) {
+		j, err := svc.Store.JobByName(ctx, tenant, pos[0])
+		if errors.Is(err, crawl.ErrNoJob) {
+			return j, fmt.Errorf("no job named %q in this tenant (crawl list shows them)", pos[0])
+		}
+		return j, err
+	}
+	switch sub {
+	case "apply":
+		for _, f := range pos {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				return 1, err
+			}
+			j, changed, err := svc.Apply(ctx, tenant, by, f, src)
+			if err != nil {
+				return 1, err
+			}
+			if changed {
+				fmt.Fprintf(stdout, "%s: job %q is now at version %d\n", f, j.Name, j.Version)
+			} else {
+				fmt.Fprintf(stdout, "%s: job %q unchanged (version %d)\n", f, j.Name, j.Version)
+			}
+		}
+	case "run":
+		j, err := job()
+		if err != nil {
+			return 1, err
+		}
+		id, err := svc.QueueRun(ctx, tenant, j.ID, "cli", by)
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "run %s of job %q (version %d) queued\n", id, j.Name, j.Version)
+		if !c.wait {
+			return 0, nil
+		}
+		deadline := time.Now().Add(c.timeout)
+		for {
+			r, err := svc.Store.Run(ctx, tenant, id)
+			if err != nil {
+				return 1, err
+			}
+			if r.State != "queued" && r.State != "running" {
+				printRun(stdout, r)
+				if r.State != "succeeded" {
+					return 1, nil
+				}
+				return 0, nil
+			}
+			if time.Now().After(deadline) {
+				return 1, fmt.Errorf("run %s still %s after %s", id, r.State, c.timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return 1, ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	case "list":
+		jobs, err := svc.Store.Jobs(ctx, tenant)
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "%-24s %-7s %-7s %-8s %-22s %s\n", "JOB", "VERSION", "RENDER", "PAUSED", "LAST RUN", "ITEMS")
+		for _, j := range jobs {
+			last, items := "never", "-"
+			if runs, _ := svc.Store.Runs(ctx, tenant, j.ID, 1); len(runs) > 0 {
+				last = runs[0].State + " " + runs[0].QueuedAt.UTC().Format("01-02 15:04:05")
+				items = strconv.Itoa(runs[0].Items)
+			}
+			render := "?"
+			if j.Spec != nil {
+				render = j.Spec.Render
+			}
+			fmt.Fprintf(stdout, "%-24s %-7d %-7s %-8t %-22s %s\n", j.Name, j.Version, render, j.Paused, last, items)
+		}
+	case "runs":
+		j, err := job()
+		if err != nil {
+			return 1, err
+		}
+		runs, err := svc.Store.Runs(ctx, tenant, j.ID, max(c.limit, 20))
+		if err != nil {
+			return 1, err
+		}
+		for _, r := range runs {
+			printRun(stdout, r)
+		}
+	case "items":
+		j, err := job()
+		if err != nil {
+			return 1, err
+		}
+		return exportItems(ctx, svc, tenant, j, c, stdout)
+	case "pause", "resume":
+		j, err := job()
+		if err != nil {
+			return 1, err
+		}
+		if err := svc.SetPaused(ctx, tenant, by, j.ID, sub == "pause"); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "job %q %sd\n", j.Name, sub)
+	case "egress":
+		var ports []int
+		for _, p := range c.ports {
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				return 2, fmt.Errorf("--port %q is not a number", p)
+			}
+			ports = append(ports, n)
+		}
+		if err := svc.Store.SetEgress(ctx, tenant, by, crawl.EgressPolicy{Allow: c.allow, Ports: ports}); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "egress allowlist of the tenant: allow %v, extra ports %v\n", c.allow, ports)
+	}
+	return 0, nil
+}
+
+func printRun(w io.Writer, r crawl.Run) {
+	dur := ""
+	if r.StartedAt != nil && r.FinishedAt != nil {
+		dur = r.FinishedAt.Sub(*r.StartedAt).Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "run %s: %s (%s) pages %d, items %d (new %d, changed %d), errors %d, selector failures %d, bytes %d, %s\n",
+		r.ID, r.State, r.Reason, r.Pages, r.Items, r.NewItems, r.ChangedItems, r.Errors, r.SelectorFailures, r.Bytes, dur)
+	hosts := make([]string, 0, len(r.Domains))
+	for h := range r.Domains {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		d := r.Domains[h]
+		fmt.Fprintf(w, "  %s: %d requests, %d errors, %d throttled, %d ms\n", h, d.Requests, d.Errors, d.Throttled, d.TotalMS)
+	}
+}
+
+func exportItems(ctx context.Context, svc *crawl.Service, tenant string, j crawl.Job, c crawlOptions, stdout io.Writer) (int, error) {
+	cols := j.Spec.Extract.Order
+	var cw *csv.Writer
+	switch c.format {
+	case "csv":
+		cw = csv.NewWriter(stdout)
+		_ = cw.Write(append([]string{"key", "first_seen", "last_seen", "changed_at"}, cols...))
+	case "table":
+		fmt.Fprintf(stdout, "%s\n", strings.Join(append([]string{"KEY", "FIRST SEEN"}, cols...), "\t"))
+	}
+	enc := json.NewEncoder(stdout)
+	done, page := 0, 500
+	for {
+		n := page
+		if c.limit > 0 {
+			n = min(page, c.limit-done)
+		}
+		if n <= 0 {
+			break
+		}
+		items, _, err := svc.Store.Items(ctx, tenant, j.ID, crawl.ItemFilter{RunID: c.run, Contains: c.contains, Limit: n, Offset: done})
+		if err != nil {
+			return 1, err
+		}
+		for _, it := range items {
+			switch c.format {
+			case "jsonl":
+				_ = enc.Encode(it)
+			case "csv":
+				row := []string{it.Key, it.FirstSeen.UTC().Format(time.RFC3339), it.LastSeen.UTC().Format(time.RFC3339), it.ChangedAt.UTC().Format(time.RFC3339)}
+				for _, col := range cols {
+					row = append(row, cell(it.Data[col]))
+				}
+				_ = cw.Write(row)
+			default:
+				row := []string{it.Key, it.FirstSeen.UTC().Format("2006-01-02 15:04:05")}
+				for _, col := range cols {
+					row = append(row, cell(it.Data[col]))
+				}
+				fmt.Fprintln(stdout, strings.Join(row, "\t"))
+			}
+		}
+		done += len(items)
+		if len(items) < n {
+			break
+		}
+	}
+	if cw != nil {
+		cw.Flush()
+	}
+	return 0, nil
+}
+
+// cell renders an item value for CSV and tables.
+func cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	default:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
 }
 
 func crawlValidate(files []string, stdout, stderr io.Writer) int {
@@ -37,7 +367,10 @@ func crawlValidate(files []string, stdout, stderr io.Writer) int {
 			code = 1
 			continue
 		}
-		j, err := spec.Parse(f, src, spec.Options{})
+		j, err := spec.Parse(f, src, spec.Options{CheckCron: func(expr, tz string) error {
+			_, err := schedule.ParseCron(expr, tz)
+			return err
+		}})
 		var errs *spec.Errors
 		if errors.As(err, &errs) {
 			fmt.Fprintf(stderr, "%s: %d error(s)\n", f, len(errs.List))

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/agent"
+	"github.com/fleetwright/fleetwright/modules/assistant"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/demo"
 	"github.com/fleetwright/fleetwright/modules/panel"
@@ -32,7 +33,7 @@ import (
 var version = "dev"
 
 // roles are the long-running roles this build has.
-var roles = []string{"panel", "agent", "board", "demo"}
+var roles = []string{"panel", "agent", "board", "demo", "assistant"}
 
 // commands are the one-shot subcommands.
 var commands = []struct{ name, help string }{
@@ -46,8 +47,13 @@ var commands = []struct{ name, help string }{
 	{"admin issue-agent-token", "give an agent a new token, printed once (--tenant SLUG --agent NAME); the old one stops working"},
 	{"audit verify", "check the audit log's hash chains against their seals and the anchors under --data-dir/audit; exit 1 on tampering"},
 	{"agent reset-state", "clear a retired agent's state dir (--state-dir) on purpose, so it may start again"},
+	{"assistant model-stub", "serve the scripted model (Ollama and OpenAI-compatible protocols) for the assistant without a real model (--listen, --script post|injection|FILE)"},
+	{"assistant studio", "serve the Demo Studio (--listen) and its outside address that logs every request (--outside, default 127.0.0.2:8076)"},
+	{"assistant eval", "run the Demo Studio tasks against a model (--model, --model-endpoint, --model-url) and report success, steps, tokens and time per task"},
 	{"crawl validate", "check crawl job files (docs/CRAWL.md): every bad field's path and line; exit 1 on any error"},
+	{"crawl apply|run|list|runs|items|pause|resume|egress", "crawl jobs of a tenant: store versions, queue runs, read items (CSV, JSON Lines), set the egress allowlist; see crawl --help"},
 	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
+	{"unit-failed", "tell the journal and a signed webhook (FLEET_NOTIFY_WEBHOOK) that a systemd unit failed for good (--unit NAME); run by fleetwright-failure@.service"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
@@ -57,12 +63,13 @@ type options struct {
 	board                                      board.Config
 	agent                                      agent.Config
 	demo                                       demo.Config
+	assistant                                  assistant.Config
 }
 
 func flags(o *options) *config.Set {
 	s := config.New("fleetwright")
 	s.Enum(&o.role, "role", "FLEET_ROLE", "panel", roles, "which role this process runs")
-	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (the board's default is 127.0.0.1:8090; the demo's console)", config.Roles("panel", "board", "demo"))
+	s.String(&o.listen, "listen", "FLEET_LISTEN", "127.0.0.1:8080", "address the HTTP server listens on (the board's default is 127.0.0.1:8090; the demo's console)", config.Roles("panel", "board", "demo", "assistant"))
 	s.String(&o.dataDir, "data-dir", "FLEET_DATA_DIR", "./var", "directory for the role's state (embedded Postgres and Redis live under it)", config.Roles("panel", "board", "demo", "migrate"))
 	s.Enum(&o.logFormat, "log-format", "FLEET_LOG_FORMAT", "text", []string{"text", "json"}, "log line format")
 	s.Enum(&o.logLevel, "log-level", "FLEET_LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "lowest level logged")
@@ -71,6 +78,7 @@ func flags(o *options) *config.Set {
 	o.board.Register(s)
 	o.agent.Register(s)
 	o.demo.Register(s)
+	o.assistant.Register(s)
 	return s
 }
 
@@ -96,11 +104,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, ok := subcommands[cmd]; ok {
 		return runTwoWord(cmd, args, os.Stdin, stdout, stderr)
 	}
+	if cmd == "assistant" {
+		return runAssistantCommand(args, stdout, stderr)
+	}
 	if cmd == "crawl" {
 		return runCrawl(args, stdout, stderr)
 	}
 	if cmd == "fetch" {
 		return runFetch(args, stdout, stderr)
+	}
+	if cmd == "unit-failed" {
+		return runUnitFailed(args, stdout, stderr)
 	}
 	if cmd == "loadtest" {
 		return runLoadtest(args, stdout, stderr)
@@ -167,9 +181,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			o.board.Listen = "127.0.0.1:8090"
 		}
 		return exit(stderr, board.Run(ctx, o.board, log))
+	case "assistant":
+		o.assistant.Listen, o.assistant.StateDir, o.assistant.Out = o.listen, o.agent.StateDir, stdout
+		o.assistant.Panel, o.assistant.TokenFile, o.assistant.Build = o.agent.PanelURL, o.agent.TokenFile, version
+		if !s.Given("listen") {
+			o.assistant.Listen = assistant.DefaultListen
+		}
+		return exit(stderr, assistant.Run(ctx, o.assistant, log))
 	case "demo":
 		o.demo.Listen, o.demo.DataDir, o.demo.Version = o.listen, o.dataDir, version
-		o.demo.Panel, o.demo.Out = o.panel, stdout
+		o.demo.Panel, o.demo.Out, o.demo.CatalogPort = o.panel, stdout, o.board.CatalogPort
 		return exit(stderr, demo.Run(ctx, o.demo, log))
 	}
 	return 2
@@ -253,6 +274,7 @@ Roles:
   agent    runs beside one platform account: holds its session, runs its workers, obeys the panel
   board    the sandbox load board: a realistic platform to rehearse, demo and load-test against
   demo     everything on one machine: panel, board, three tenants and ten agent processes (make run)
+  assistant  the local AI browser agent: loopback UI with a per-launch key, Ollama by default, risky actions held for approval (docs/ASSISTANT.md)
 
 Commands:
 `, version)

@@ -452,3 +452,54 @@ func TestDockerfile(t *testing.T) {
 		require.Contains(t, strings.Fields(string(ignore)), p)
 	}
 }
+
+// TestFailureNoticeUnit: the agent's and the panel's units start the
+// failure notice when they fail for good, and the notice unit itself passes
+// systemd-analyze verify (as the instance the agent's failure starts).
+func TestFailureNoticeUnit(t *testing.T) {
+	for _, name := range units {
+		u := parseUnit(t, name)
+		require.Equal(t, "fleetwright-failure@%n.service", u.one(t, "Unit", "OnFailure"), name)
+	}
+	body, err := os.ReadFile(filepath.Join("systemd", "fleetwright-failure@.service"))
+	require.NoError(t, err)
+	require.Contains(t, string(body), "ExecStart="+installedBinary+" unit-failed --unit=%i")
+	out, err := verify(t, "fleetwright-failure@fleetwright-agent.service.service", body)
+	require.NoError(t, err, "systemd-analyze verify:\n%s", out)
+	require.Empty(t, out)
+	n := parseUnit(t, "fleetwright-failure@.service")
+	require.Equal(t, "oneshot", n.one(t, "Service", "Type"))
+	require.Equal(t, "yes", n.one(t, "Service", "DynamicUser"))
+}
+
+// TestTimerExampleVerifies: the one-shot service and its timer pass
+// systemd-analyze verify together, with the catch-up and spread settings
+// the issue asks for.
+func TestTimerExampleVerifies(t *testing.T) {
+	self, err := os.Executable()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for _, name := range []string{"fleetwright-audit-verify.service", "fleetwright-audit-verify.timer"} {
+		body, err := os.ReadFile(filepath.Join("systemd", name))
+		require.NoError(t, err)
+		body = bytes.ReplaceAll(body, []byte("ExecStart="+installedBinary+" "), []byte("ExecStart="+self+" "))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), body, 0o644))
+	}
+	out, err := exec.Command(systemdAnalyze(t), "verify", "--man=no",
+		filepath.Join(dir, "fleetwright-audit-verify.timer"), filepath.Join(dir, "fleetwright-audit-verify.service")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Empty(t, strings.TrimSpace(string(out)))
+	svc := parseUnit(t, "fleetwright-audit-verify.service")
+	require.Equal(t, "oneshot", svc.one(t, "Service", "Type"))
+	require.Contains(t, svc.one(t, "Service", "ExecStart"), "fleetwright audit verify")
+	tm := parseUnit(t, "fleetwright-audit-verify.timer")
+	require.Equal(t, "true", tm.one(t, "Timer", "Persistent"))
+	require.NotEmpty(t, tm.one(t, "Timer", "RandomizedDelaySec"))
+	require.Equal(t, "fleetwright-audit-verify.service", tm.one(t, "Timer", "Unit"))
+	// A broken calendar is caught: the check has teeth.
+	body, _ := os.ReadFile(filepath.Join(dir, "fleetwright-audit-verify.timer"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fleetwright-audit-verify.timer"),
+		bytes.Replace(body, []byte("*-*-* 03:15:00"), []byte("every day at three"), 1), 0o644))
+	out, _ = exec.Command(systemdAnalyze(t), "verify", "--man=no", filepath.Join(dir, "fleetwright-audit-verify.timer")).CombinedOutput()
+	require.NotEmpty(t, strings.TrimSpace(string(out)))
+}

@@ -68,6 +68,12 @@ type Options struct {
 	Timezone string
 	// Width and Height set the viewport; zero means 1280×800.
 	Width, Height int
+	// UserDataDir, when set, is a persistent profile the caller owns
+	// (created 0700 if missing): Close keeps it. Empty means a fresh
+	// temporary profile that Close removes.
+	UserDataDir string
+	// Headful shows a window instead of running headless.
+	Headful bool
 	// ExtraFlags are additional switches without the leading dashes
 	// ("name" or "name=value"), for a caller that knows why it needs them.
 	ExtraFlags []string
@@ -80,6 +86,7 @@ type Browser struct {
 	opts    Options
 	pid     int
 	dataDir string
+	keepDir bool
 	cmd     *exec.Cmd
 	exited  chan struct{}
 
@@ -147,7 +154,13 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if err := checkBinary(bin); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "fleet-chromium-")
+	dir, keep := opts.UserDataDir, opts.UserDataDir != ""
+	var err error
+	if keep {
+		err = os.MkdirAll(dir, 0o700)
+	} else {
+		dir, err = os.MkdirTemp("", "fleet-chromium-")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("browser: user-data dir: %w", err)
 	}
@@ -160,8 +173,10 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		flags.Bin:                 {bin},
 		flags.UserDataDir:         {dir},
 		flags.RemoteDebuggingPort: {"0"},
-		flags.Headless:            nil,
 		"window-size":             {strconv.Itoa(w), strconv.Itoa(h)},
+	}
+	if !opts.Headful {
+		l.Flags[flags.Headless] = nil
 	}
 	for _, f := range append(append([]string(nil), BaseFlags...), opts.ExtraFlags...) {
 		name, val, hasVal := strings.Cut(f, "=")
@@ -188,7 +203,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	// signal from unit.StartProcess: a SIGKILLed agent takes its browser
 	// down instead of leaving it running (go-rod's own launch has no such
 	// hook, and its leakless helper is an extra binary).
-	b := &Browser{opts: opts, dataDir: dir}
+	b := &Browser{opts: opts, dataDir: dir, keepDir: keep}
 	u, err := b.start(ctx, l)
 	if err != nil {
 		b.kill()
@@ -206,7 +221,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 // PID is the browser's main process id (also its process group id).
 func (b *Browser) PID() int { return b.pid }
 
-// DataDir is the temporary user-data dir, removed by Close.
+// DataDir is the user-data dir (removed by Close unless Options.UserDataDir set it).
 func (b *Browser) DataDir() string { return b.dataDir }
 
 // Page opens a blank page with the options' user agent, Accept-Language,
@@ -284,6 +299,9 @@ func (b *Browser) kill() error {
 			return fmt.Errorf("browser: chromium pid %d did not exit", b.pid)
 		}
 		waitGroupGone(b.pid, 5*time.Second)
+	}
+	if b.keepDir {
+		return nil
 	}
 	if err := os.RemoveAll(b.dataDir); err != nil {
 		return fmt.Errorf("browser: remove user-data dir: %w", err)

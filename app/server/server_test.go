@@ -100,3 +100,25 @@ func TestListenReportsABusyPort(t *testing.T) {
 	_, err = Listen(s.Addr(), http.NotFoundHandler(), logging.New(io.Discard, logging.Options{}))
 	require.ErrorContains(t, err, "choose another --listen")
 }
+
+func TestDiskCollectorReportsTheDataDirsFilesystem(t *testing.T) {
+	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(DiskCollector(dir))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() != dir {
+				t.Fatalf("path label %q", m.GetLabel()[0].GetValue())
+			}
+			vals[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	if vals["fleet_data_dir_size_bytes"] <= 0 || vals["fleet_data_dir_free_bytes"] <= 0 || vals["fleet_data_dir_free_bytes"] > vals["fleet_data_dir_size_bytes"] {
+		t.Fatalf("free/size: %v", vals)
+	}
+}

@@ -80,10 +80,17 @@ type WorkerEnv struct {
 	// Browsers are the agent's browser slots: take one before launching
 	// Chromium, give it back after closing it.
 	Browsers chan struct{}
+	// Crawl routes page tasks to crawler workers (KindCrawler).
+	Crawl *crawlHub
 	// Event reports an event to the panel (kept across reconnects).
 	Event func(wire.Event)
 	Clock clock.Clock
 	Log   *slog.Logger
+	// gateStop is the test-only StopAfterGateEnv hook (nil: none).
+	gateStop *gateStopper
+	// PanelClock is Clock corrected to the panel's by its pings: for codes
+	// a platform checks against real time (TOTP).
+	PanelClock clock.Clock
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -283,29 +290,35 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return fmt.Errorf("%w (retired at %s: %s); reset it with `fleetwright agent reset-state --state-dir %s` or delete that directory",
 			ErrAlreadyRetired, mark.At.Format(time.RFC3339), mark.Reason, cfg.StateDir)
 	}
+	if d := clockSkew(); d != 0 {
+		logger.Warn("agent: test-only setting: this agent's wall clock is skewed", "env", ClockSkewEnv, "by", d)
+		cfg.Clock = skewed{Clock: cfg.Clock, by: d}
+	}
 	key, err := st.InstallKey(ctx)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	a := newAgent(cfg, logger, st, token, wsURL)
 	a.client, a.installKey = client, key
+	a.gateStop = newGateStopper(logger)
 	return a.run(ctx)
 }
 
 // Register declares the agent role's flags.
 func (c *Config) Register(s *config.Set) {
 	role := config.Roles("agent")
-	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's URL: https://host[:port] (the agent dials wss://…/agent/ws) or the wss://…/agent/ws endpoint itself; http:// and ws:// only on loopback", role)
+	enrol := config.Roles("agent", "assistant")
+	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's URL: https://host[:port] (the agent dials wss://…/agent/ws) or the wss://…/agent/ws endpoint itself; http:// and ws:// only on loopback (the assistant, when enrolled)", enrol)
 	s.String(&c.PanelCAFile, "panel-ca-file", "FLEET_PANEL_CA_FILE", "", "PEM file of the private CA that signs the panel's certificate; when set, only it is trusted", role)
-	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line)", role)
+	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line); an enrolled assistant's too", enrol)
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
-	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600)", config.Roles("agent", "agent reset-state"))
+	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "agent reset-state", "assistant"))
 }
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
-		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers,
-		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind)}
+		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers, Crawl: a.crawl,
+		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock}
 }
 
 func (a *agent) setCurrent(s *session) {

@@ -35,11 +35,15 @@ type agent struct {
 	// client dials the panel: the system roots, or only --panel-ca-file.
 	client *http.Client
 	sup    *supervisor.Supervisor
+	// started is when this agent process started (the state report's
+	// StartedAt: the panel counts starts to see a crash loop).
+	started time.Time
 
 	changed chan struct{} // state changed: report soon (capacity 1)
 
 	claims   *Claims
 	sessions *Sessions
+	crawl    *crawlHub
 	browsers chan struct{} // browser slots: concurrency per agent
 	cur      *session      // the live welcomed connection, or nil
 
@@ -51,7 +55,13 @@ type agent struct {
 	events      []wire.Event
 	results     map[string]wire.CommandResult // recent command results, for redelivered commands
 	resultOrder []string
+	gateStop    *gateStopper // test-only (StopAfterGateEnv)
+	// panelClock is the agent's clock corrected to the panel's (TOTP codes).
+	panelClock *panelClock
 }
+
+// processStart is when this process started.
+var processStart = time.Now()
 
 const (
 	maxPendingEvents = 100
@@ -61,13 +71,16 @@ const (
 func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, wsURL string) *agent {
 	a := &agent{
 		cfg: cfg, log: log, store: st, token: token, wsURL: wsURL,
+		started:     processStart,
 		changed:     make(chan struct{}, 1),
 		specs:       map[string]wire.WorkerSpec{},
 		unsupported: map[string]wire.WorkerSpec{},
 		results:     map[string]wire.CommandResult{},
 	}
+	a.panelClock = &panelClock{Clock: cfg.Clock}
 	a.claims = newClaims(a)
 	a.sessions = newSessions(a)
+	a.crawl = newCrawlHub()
 	a.browsers = make(chan struct{}, cfg.BrowserSlots)
 	a.sup = supervisor.New(cfg.Clock, log, supervisor.Options{
 		RestartDelay: cfg.RestartDelay,
@@ -398,7 +411,8 @@ func (a *agent) stateReport() wire.State {
 	if ws == nil {
 		ws = []wire.WorkerState{}
 	}
-	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes()}
+	started := a.started
+	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes(), StartedAt: &started}
 }
 
 // rssBytes reads the process's resident memory (Linux), nil elsewhere.

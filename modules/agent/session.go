@@ -11,6 +11,10 @@ import (
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
+// errPanelSilent ends a connection on which the panel said nothing for two
+// ping intervals.
+var errPanelSilent = errors.New("agent: the panel went silent")
+
 // session is one welcomed (or about to be) connection.
 type session struct {
 	a       *agent
@@ -109,11 +113,21 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 		}()
 	}
 	tick := s.a.cfg.Clock.After(s.a.cfg.StateEvery)
+	// The panel pings at a steady interval; once two pings showed it, two
+	// intervals without a word from the panel mean the path is dead even if
+	// no FIN or RST ever arrives (a partition, a frozen replica): drop the
+	// connection and reconnect rather than wait on it forever.
+	var silence <-chan time.Time
+	var lastPing time.Time
+	var pingEvery time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			_ = s.conn.Close(websocket.StatusGoingAway, "agent stopping")
 			return ctx.Err()
+		case <-silence:
+			s.a.log.Warn("agent: the panel has been silent for two ping intervals; dropping the connection", "silent_for", 2*pingEvery)
+			return errPanelSilent
 		case <-tick:
 			tick = s.a.cfg.Clock.After(s.a.cfg.StateEvery)
 			if err := s.report(ctx); err != nil {
@@ -129,6 +143,15 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 			}
 			if r.err != nil {
 				return r.err
+			}
+			if _, ok := r.frame.Message.(wire.Ping); ok {
+				if !lastPing.IsZero() {
+					pingEvery = min(max(r.at.Sub(lastPing), time.Second), 10*time.Minute)
+				}
+				lastPing = r.at
+			}
+			if pingEvery > 0 {
+				silence = s.a.cfg.Clock.After(2 * pingEvery)
 			}
 			done, err := s.handle(ctx, workersCtx, r)
 			if err != nil || done {
@@ -160,6 +183,7 @@ func (s *session) report(ctx context.Context) error {
 func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool, err error) {
 	switch m := r.frame.Message.(type) {
 	case wire.Ping:
+		s.a.panelClock.add(m.SentAt, r.at)
 		return false, s.send(ctx, wire.Pong{CommandID: m.CommandID, PingSentAt: m.SentAt, ReceivedAt: r.at,
 			SentAt: s.a.cfg.Clock.Now()})
 	case wire.Error:
@@ -176,6 +200,15 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 		return false, nil
 	case wire.OutcomeAck:
 		s.a.claims.ack(ctx, m)
+		return false, nil
+	case wire.PageTask:
+		// Fetched off the read loop; the crawler bounds its concurrency.
+		go func() {
+			res := s.a.crawl.handle(s.rctx, m)
+			if err := s.send(s.rctx, res); err != nil {
+				s.a.log.Warn("agent: could not answer a page task", "err", err)
+			}
+		}()
 		return false, nil
 	case wire.Lookup:
 		// Answered off the read loop: a look-up may take seconds.

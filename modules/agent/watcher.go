@@ -27,13 +27,19 @@ import (
 // captcha until a person restarts it.
 func runWatcher(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 	backoff := time.Second
+	// A watcher's task is the board's next jobs response: the age of its
+	// oldest task is the time since it last read one. A watcher alive but
+	// reading nothing for its threshold is hung (the panel decides).
+	h.OldestTask(env.Clock.Now())
 	for ctx.Err() == nil {
 		started := env.Clock.Now()
-		err := watchOnceSafe(ctx, env)
+		err := watchOnceSafe(ctx, h, env)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if errors.Is(err, errCaptcha) {
+			// Parked for a person: no task, so never "hung".
+			h.OldestTask(time.Time{})
 			<-ctx.Done()
 			return nil
 		}
@@ -51,20 +57,20 @@ func runWatcher(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error 
 	return nil
 }
 
-func watchOnceSafe(ctx context.Context, env WorkerEnv) (err error) {
+func watchOnceSafe(ctx context.Context, h *supervisor.Handle, env WorkerEnv) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("agent: watcher panicked: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return watchOnce(ctx, env)
+	return watchOnce(ctx, h, env)
 }
 
 // watchOnce runs one browser until it fails: a warm signed-in page on the
 // jobs view whose own JSON responses are read through CDP network events
 // (Network.responseReceived, then Network.getResponseBody once loading
 // finished) — never the DOM, so a layout change does not blind it.
-func watchOnce(ctx context.Context, env WorkerEnv) error {
+func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 	ps, err := openPage(ctx, env)
 	if err != nil {
 		return err
@@ -165,6 +171,7 @@ func watchOnce(ctx context.Context, env WorkerEnv) error {
 				continue
 			}
 			now := env.Clock.Now()
+			h.OldestTask(now)
 			for k, exp := range seen {
 				if !exp.IsZero() && now.After(exp) {
 					delete(seen, k)

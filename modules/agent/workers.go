@@ -31,6 +31,7 @@ func DefaultKinds() map[string]WorkerFunc {
 		KindWatcher:   runWatcher,
 		KindActor:     runBrowserActor,
 		KindHTTPActor: runHTTPActor,
+		KindCrawler:   runCrawler,
 	}
 }
 
@@ -93,7 +94,11 @@ func (env WorkerEnv) traits() (traits.Traits, error) {
 }
 
 func (env WorkerEnv) codes(creds platform.Credentials) *platform.TOTP {
-	return &platform.TOTP{Secret: creds.TOTPSecret, Clock: env.Clock}
+	clk := env.PanelClock
+	if clk == nil {
+		clk = env.Clock
+	}
+	return &platform.TOTP{Secret: creds.TOTPSecret, Clock: clk}
 }
 
 func (env WorkerEnv) event(level, kind, msg string, fields map[string]string) {
@@ -154,9 +159,25 @@ func toHTTPCookies(cs []store.Cookie) []*http.Cookie {
 // errCaptcha stops an actor until a person helps.
 var errCaptcha = errors.New("agent: captcha")
 
-// booker books one job with the worker's warm session, calling gate at the
-// last moment before the request leaves.
-type booker func(ctx context.Context, key, operationID string, gate platform.Gate) platform.BookResult
+// booker books one job with the worker's warm session, sending idemKey as
+// the idempotency key and calling gate at the last moment before the
+// request leaves.
+type booker func(ctx context.Context, key, idemKey string, gate platform.Gate) platform.BookResult
+
+// keysAgree checks the tenant's idempotency setting against the platform's
+// own status (platform.CheckKeys). On a mismatch or a failed read it
+// reports an error event (at most once a minute per worker) and says no.
+func (env WorkerEnv) keysAgree(ctx context.Context, ad platform.Adapter, honoured bool) bool {
+	err := platform.CheckKeys(ctx, ad, honoured)
+	if err == nil {
+		return true
+	}
+	if env.Claims.warnKeys(env.Spec.Name, env.Clock.Now()) {
+		env.Log.Error("agent: refusing to claim", "err", err)
+		env.event(wire.LevelError, "idempotency_mismatch", "refusing to claim: "+err.Error(), nil)
+	}
+	return false
+}
 
 // errDeadline is the gate's refusal.
 var errDeadline = errors.New("agent: local lease deadline passed")
@@ -170,10 +191,19 @@ var errDeadline = errors.New("agent: local lease deadline passed")
 //  6. journal and report the outcome (UNKNOWN for anything uncertain).
 //
 // It returns the booking result when an action happened.
-func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offer, book booker) (platform.BookResult, bool) {
+func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform.Adapter, o wire.Offer, book booker) (platform.BookResult, bool) {
 	worker := env.Spec.Name
 	log := env.Log.With("key", o.Job.Key)
+	// The offer in hand is the actor's task until it is done with it: an
+	// actor stuck on it shows an old task and no completed operation, which
+	// is what the panel calls hung.
+	h.OldestTask(env.Clock.Now())
+	defer h.OldestTask(time.Time{})
 	if env.Paused() {
+		return platform.BookResult{}, false
+	}
+	if env.Claims.speaks(wire.V4) && !env.keysAgree(ctx, ad, o.KeysHonoured) {
+		// The tenant's setting and the platform disagree: claim nothing.
 		return platform.BookResult{}, false
 	}
 	if !o.Job.ExpiresAt.IsZero() && !env.Clock.Now().Before(o.Job.ExpiresAt) {
@@ -190,6 +220,11 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 	if !lease.Granted {
 		return platform.BookResult{}, false
 	}
+	if lease.BookingKey != "" && !env.keysAgree(ctx, ad, lease.KeysHonoured) {
+		// Checked again against the setting the lease was granted under;
+		// the lease expires unused (released by the panel's sweep).
+		return platform.BookResult{}, false
+	}
 	deadline := lease.Deadline(margin)
 	gate := func() error {
 		if !env.Clock.Now().Before(deadline) {
@@ -201,7 +236,7 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 		log.Info("agent: lease granted too late to act; letting it expire")
 		return platform.BookResult{}, false
 	}
-	rctx, cancel = context.WithTimeout(ctx, time.Until(deadline)+time.Second)
+	rctx, cancel = context.WithTimeout(ctx, deadline.Sub(env.Clock.Now())+time.Second)
 	ar, err := env.Claims.Act(rctx, worker, o.Job.Key, lease.Token)
 	cancel()
 	if err != nil {
@@ -233,7 +268,13 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
 	}
 	actx, cancel := context.WithTimeout(ctx, hard)
-	res := book(actx, o.Job.Key, opID, gate)
+	// The job's booking key is the Idempotency-Key of every attempt; a v3
+	// panel sends none, and then the operation id is (the old rule).
+	idem := lease.BookingKey
+	if idem == "" {
+		idem = opID
+	}
+	res := book(actx, o.Job.Key, idem, env.gateStop.wrap(gate))
 	cancel()
 	if res.Result == "" {
 		res.Result = wire.ResultUnknown

@@ -103,7 +103,7 @@ func TestBrowserBooking(t *testing.T) {
 			}
 		}
 		return false
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond)
 
 	r.MustElement("button.book-btn").MustClick()
 	require.Equal(t, "Booked #1", resultText(t, p1, l.ID))

@@ -94,7 +94,7 @@ func (c *Config) Register(s *config.Set) {
 	s.Duration((*time.Duration)(&c.Chaos.SessionStormEvery), "chaos-session-storm-every", "FLEET_BOARD_CHAOS_SESSION_STORM_EVERY", 0, "expire every session at this interval (0: never)", role)
 	s.Float(&c.Chaos.CaptchaRate, "chaos-captcha-rate", "FLEET_BOARD_CHAOS_CAPTCHA_RATE", 0, "fraction of bookings answered with a captcha interstitial", role)
 	s.String(&c.CatalogHosts, "catalog-hosts", "FLEET_BOARD_CATALOG_HOSTS", "127.0.0.11,127.0.0.12,127.0.0.13", "loopback addresses the crawl catalogue serves on, one host each (empty: no catalogue)", role)
-	s.Int(&c.CatalogPort, "catalog-port", "FLEET_BOARD_CATALOG_PORT", 8091, "the catalogue's port on every host", role)
+	s.Int(&c.CatalogPort, "catalog-port", "FLEET_BOARD_CATALOG_PORT", 8091, "the crawl catalogue's port on every host (0: one free port for all; the demo's catalogue too)", config.Roles("board", "demo"))
 	s.Int(&c.CatalogItems, "catalog-items", "FLEET_BOARD_CATALOG_ITEMS", 300, "products per catalogue host", role)
 	s.Float(&c.CatalogRate, "catalog-rate", "FLEET_BOARD_CATALOG_RATE", 20, "catalogue requests per second per client and host before it answers 429 with Retry-After", role)
 	s.Int(&c.CatalogBurst, "catalog-burst", "FLEET_BOARD_CATALOG_BURST", 20, "the catalogue's rate-limit burst", role)

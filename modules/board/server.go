@@ -220,6 +220,27 @@ func (b *Board) seedAccounts(ctx context.Context, path string) error {
 	return nil
 }
 
+// Kill stops the board the way a killed process stops: the listener and
+// every connection are closed at once, requests in flight get no answer,
+// held requests and pending late commits are abandoned (never committed),
+// and the store is closed. What the store committed before is all a board
+// started again on the same store knows. The load test's board_restart
+// uses it.
+func (s *Server) Kill() error {
+	// Connections first, so nothing held can still be answered.
+	err := s.srv.Close()
+	s.cancel()
+	s.wg.Wait()
+	<-s.done
+	if cerr := s.st.close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("board: kill: %w", err)
+	}
+	return nil
+}
+
 // Close stops serving (waiting up to 5 s for requests in flight), stops the
 // publisher and pending late commits, and closes the store.
 func (s *Server) Close() error {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,56 @@ func TestPoissonPublisher(t *testing.T) {
 	}
 	mean := sum / n
 	require.InDelta(t, float64(250*time.Millisecond), float64(mean), float64(50*time.Millisecond), "mean inter-arrival 1/rate")
+}
+
+// Kill is a crash: a request held in flight gets no answer and is never
+// committed, a pending late commit is abandoned, and a board started again
+// on the store has exactly what was committed before.
+func TestKillDropsWhatIsInFlightAndKeepsWhatWasCommitted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "board.sqlite")
+	start := func(listen string) *board.Server {
+		cfg := board.Defaults()
+		cfg.Listen, cfg.Rate, cfg.Data, cfg.AdminToken = listen, 0, path, boardtest.AdminToken
+		s, err := board.Start(ctx, cfg, nil)
+		require.NoError(t, err)
+		return s
+	}
+	s := start("127.0.0.1:0")
+	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: pw, Client: "acme"})
+	require.NoError(t, err)
+	ls, err := s.Publish(ctx, 3, nil)
+	require.NoError(t, err)
+	c, err := boardtest.Login(ctx, s.URL(), "acme-1", pw, acct.TOTPSecret, time.Now)
+	require.NoError(t, err)
+	st, _, err := c.Book(ctx, ls[0].ID, "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, st)
+
+	// A late commit pending, then a held request in flight.
+	ch := s.Chaos()
+	ch.LateCommitRate, ch.LateCommitDelay = 1, board.Duration(time.Minute)
+	require.NoError(t, s.SetChaos(ch))
+	st, _, err = c.Book(ctx, ls[1].ID, "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusGatewayTimeout, st)
+	ch.LateCommitRate, ch.Hold = 0, board.Duration(time.Minute)
+	require.NoError(t, s.SetChaos(ch))
+	held := make(chan error, 1)
+	go func() { _, _, err := c.Book(ctx, ls[2].ID, ""); held <- err }()
+	require.Eventually(t, func() bool { return s.Stats().BookingRequests == 3 }, 10*time.Second, 10*time.Millisecond)
+	addr := strings.TrimPrefix(s.URL(), "http://")
+	events := len(s.Events(0, 0))
+
+	killed := time.Now()
+	require.NoError(t, s.Kill())
+	require.Less(t, time.Since(killed), 3*time.Second, "no grace period: a crash does not wait")
+	require.Error(t, <-held, "the held request gets no answer")
+
+	s = start(addr)
+	defer s.Close()
+	after := s.Stats()
+	require.EqualValues(t, 1, after.ConfirmedBookings, "only the booking committed before the kill")
+	require.Len(t, s.Events(0, 0), events, "every committed event, nothing more")
+	require.Equal(t, "http://"+addr, s.URL(), "back on the same address")
 }

@@ -368,6 +368,16 @@ func (m *Manager) cellOf(ctx context.Context, tenant string) (*cell, error) {
 	return c, nil
 }
 
+// RedisOf returns the Redis client of the tenant's cell (the crawler keeps
+// its fleet-wide politeness budget there).
+func (m *Manager) RedisOf(ctx context.Context, tenant string) (*redis.Client, error) {
+	c, err := m.cellOf(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return c.rdb, nil
+}
+
 // CellOf names the cell a tenant is routed to.
 func (m *Manager) CellOf(ctx context.Context, tenant string) (string, error) {
 	c, err := m.cellOf(ctx, tenant)

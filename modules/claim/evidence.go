@@ -748,3 +748,46 @@ func (s *Store) NeedEvidence(ctx context.Context, tenant string, keys []string) 
 	}
 	return out, nil
 }
+
+// StrandedWatches re-enqueues the watch of every job of the tenant whose
+// attempt's fate is in doubt, whose load has not expired (past bound) and
+// that has no live watch job (one River discarded, or lost with a replica
+// before the rescuer ran). Unique jobs make a repeat harmless.
+func (s *Store) StrandedWatches(ctx context.Context, tenant string, bound time.Duration) (int, error) {
+	n := 0
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT a.target_job_key FROM claim_attempts a
+			LEFT JOIN claims c ON c.tenant_id = a.tenant_id AND c.target_job_key = a.target_job_key
+			WHERE a.tenant_id = $1 AND a.act_started_at IS NOT NULL AND a.booking_id IS NULL
+			  AND (a.outcome IN ('RELEASED', 'GIVEN_UP')
+			       OR (a.outcome = 'UNKNOWN' AND (c.token IS DISTINCT FROM a.token OR c.state <> 'UNKNOWN'))
+			       OR (a.outcome = 'CONFIRMED' AND EXISTS (SELECT 1 FROM claim_attempts b WHERE b.tenant_id = a.tenant_id
+			           AND b.target_job_key = a.target_job_key AND b.token <> a.token AND b.outcome = 'CONFIRMED')))
+			  AND (c.load_expires_at IS NULL OR c.load_expires_at + make_interval(secs => $2) > clock_timestamp())
+			  AND a.outcome_at > clock_timestamp() - interval '1 day'
+			  AND NOT EXISTS (SELECT 1 FROM river_job r WHERE r.kind = 'claim.watch'
+			      AND r.state IN ('available','pending','retryable','running','scheduled')
+			      AND r.args->>'tenant' = $1::text AND r.args->>'key' = a.target_job_key)`, tenant, bound.Seconds())
+		if err != nil {
+			return err
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			ok, err := s.watchIfInDoubt(ctx, tx, tenant, k)
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim: stranded watches: %w", err)
+	}
+	return n, nil
+}

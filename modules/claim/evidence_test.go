@@ -286,6 +286,7 @@ func TestConflictIsBoardEvidence(t *testing.T) {
 	require.True(t, conflicts[0].Attempts[0].Conflict)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.conflict"))
 	require.Contains(t, r.logs.String(), claim.ConflictAlarm)
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_conflicts_total", nil))
 	open, err := alarm.ListTenant(ctx, r.db.App, r.tenant, true, 10)
 	require.NoError(t, err)
 	require.Len(t, open, 1, "the conflict alarm is raised")
@@ -353,4 +354,149 @@ func TestRegressionLateCommitAfterGraceKeysOff(t *testing.T) {
 	require.True(t, as[0].LateEvidence)
 	require.Equal(t, 1, auditCount(t, r.bundle, "claim.late_evidence"))
 	require.Zero(t, r.board.Stats().DuplicateConfirmations)
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_late_evidence_total", map[string]string{"from_state": "RELEASED"}))
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_given_up_total", nil))
+	require.EqualValues(t, 1, r.metric(t, "fleet_claim_watch_total", map[string]string{"result": "found"}))
+	require.Zero(t, r.metric(t, "fleet_claim_conflicts_total", nil))
+}
+
+// The watch's waits grow with the time watched and never exceed 30 s.
+func TestWatchDelayIsBackoffCappedAt30s(t *testing.T) {
+	first := 2 * time.Second
+	require.Equal(t, first, claim.WatchDelay(0, first))
+	require.Equal(t, 5*time.Second, claim.WatchDelay(10*time.Second, first))
+	prev := time.Duration(0)
+	for e := time.Duration(0); e < 2*time.Hour; e += 7 * time.Second {
+		d := claim.WatchDelay(e, first)
+		require.GreaterOrEqual(t, d, prev, "never shrinks")
+		require.LessOrEqual(t, d, claim.WatchMaxInterval)
+		prev = d
+	}
+	require.Equal(t, 30*time.Second, prev)
+	require.Equal(t, 30*time.Second, claim.WatchMaxInterval)
+}
+
+// An ACTING claim marked late_evidence whose actor never reports: the
+// sweeper makes it UNKNOWN, and the reconciler, finding no booking on the
+// board after grace, settles it CONFIRMED by the earlier attempt's evidence
+// rather than releasing it.
+func TestMarkedActingThatGoesUnknownIsConfirmedNotReleased(t *testing.T) {
+	r := setupReconcile(t)
+	r.store.SetHonoursIdempotencyKeysForTest(true)
+	ctx := context.Background()
+	key := r.load()
+	t1 := r.act(t, key)
+	r.reportUnknown(t, key, t1, "HTTP 504")
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Released }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, r.engine.SweepAll(ctx)) // the fresh look-up clears it for a re-lease
+	a2 := claim.Holder{Agent: uuid(), Worker: "actor-2"}
+	lr := r.engine.Lease(ctx, r.tenant, a2, wire.LeaseRequest{RequestID: "l2", Worker: a2.Worker, Key: key})
+	require.True(t, lr.Granted, lr.Reason)
+	require.True(t, r.engine.Act(ctx, r.tenant, a2, wire.ActRequest{RequestID: "a2", Worker: a2.Worker, Key: key, Token: lr.Token}).OK)
+	// The first attempt's actor reports its booking late.
+	ack := r.engine.Outcome(ctx, r.tenant, r.h, wire.Outcome{RequestID: "late", Worker: r.h.Worker, Key: key, Token: t1,
+		Result: wire.ResultConfirmed}, claim.Offset{})
+	require.True(t, ack.OK, ack.Reason)
+	require.Equal(t, claim.Acting, r.state(t, key))
+	// The second actor never reports: past its hard deadline it is UNKNOWN.
+	require.Eventually(t, func() bool {
+		_, _, err := r.store.Sweep(ctx, r.tenant)
+		require.NoError(t, err)
+		return r.state(t, key) != claim.Acting
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Confirmed }, 15*time.Second, 20*time.Millisecond)
+	c, err := r.store.Get(ctx, r.tenant, key)
+	require.NoError(t, err)
+	require.True(t, c.LateEvidence)
+	require.EqualValues(t, t1, *c.EvidenceToken)
+	require.NotContains(t, r.transitions(t, key)[4:], "RELEASED", "never released after the evidence")
+}
+
+// The regression of issue 11, keys on: the board honours idempotency keys
+// and every attempt of the job sends the same key. The UNKNOWN is released
+// (not given up), offered again only after a fresh complete look-up, leased
+// and booked by a second attempt; the first attempt's late commit is
+// replayed by the board. One booking, CONFIRMED, no conflict.
+func TestRegressionLateCommitAfterGraceKeysOn(t *testing.T) {
+	r := setupReconcile(t, func(c *board.Config) { c.IdempotencyKeys = true })
+	r.store.SetHonoursIdempotencyKeysForTest(true)
+	ctx := context.Background()
+	key := r.load()
+	// One booking identity per job: the key every attempt sends.
+	bookingKey := "booking-" + key
+	t1 := r.act(t, key)
+	grace := r.engine.Config().Grace
+	calm := r.board.Chaos()
+	ch := calm
+	ch.LateCommitRate, ch.LateCommitDelay = 1, board.Duration(grace+3*time.Second)
+	require.NoError(t, r.board.SetChaos(ch))
+	status, _, err := r.client.Book(ctx, key, bookingKey)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusGatewayTimeout, status)
+	require.NoError(t, r.board.SetChaos(calm))
+	r.reportUnknown(t, key, t1, "HTTP 504")
+
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Released }, 10*time.Second, 20*time.Millisecond)
+	c, err := r.store.Get(ctx, r.tenant, key)
+	require.NoError(t, err)
+	require.Equal(t, "RELEASED", c.Outcome, "keys honoured: not given up")
+	a2 := claim.Holder{Agent: uuid(), Worker: "actor-2"}
+	lr := r.engine.Lease(ctx, r.tenant, a2, wire.LeaseRequest{RequestID: "early", Worker: a2.Worker, Key: key})
+	require.False(t, lr.Granted, "not before a fresh look-up")
+	require.NoError(t, r.engine.SweepAll(ctx))
+	lr = r.engine.Lease(ctx, r.tenant, a2, wire.LeaseRequest{RequestID: "l2", Worker: a2.Worker, Key: key})
+	require.True(t, lr.Granted, lr.Reason)
+	require.True(t, r.engine.Act(ctx, r.tenant, a2, wire.ActRequest{RequestID: "a2", Worker: a2.Worker, Key: key, Token: lr.Token}).OK)
+	status, _, err = r.client.Book(ctx, key, bookingKey)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status)
+	ack := r.engine.Outcome(ctx, r.tenant, a2, wire.Outcome{RequestID: "o2", Worker: a2.Worker, Key: key, Token: lr.Token,
+		Result: wire.ResultConfirmed}, claim.Offset{})
+	require.True(t, ack.OK, ack.Reason)
+
+	// The first attempt's commit lands and is replayed: still one booking.
+	require.Eventually(t, func() bool {
+		for _, e := range r.board.Events(0, 10000) {
+			if e.Type == board.EvIdempotentReplay && e.LoadID == key {
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 50*time.Millisecond, "the late commit is answered with the first booking")
+	require.Len(t, r.board.Bookings("acme"), 1, "one booking")
+	// The watch attributes the one booking and finds no conflict.
+	require.Eventually(t, func() bool {
+		as, err := r.store.Attempts(ctx, r.tenant, key)
+		require.NoError(t, err)
+		return len(as) == 2 && as[1].BookingID != ""
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, claim.Confirmed, r.state(t, key))
+	conflicts, err := r.store.Conflicts(ctx, r.tenant, 10)
+	require.NoError(t, err)
+	require.Empty(t, conflicts)
+	require.Zero(t, r.board.Stats().DuplicateConfirmations)
+	require.Zero(t, auditCount(t, r.bundle, "claim.conflict"))
+}
+
+// A job in doubt whose watch job was lost gets a new one from the sweep.
+func TestStrandedWatchIsEnqueuedAgain(t *testing.T) {
+	f := newLate(t, "LD-STRANDED")
+	ctx := context.Background()
+	f.release(t, true)
+	require.True(t, f.watched(t))
+	_, err := f.b.db.Owner.Exec(ctx, `DELETE FROM river_job WHERE kind = 'claim.watch'`)
+	require.NoError(t, err)
+	require.False(t, f.watched(t))
+	require.NoError(t, f.b.engine.SweepAll(ctx))
+	require.True(t, f.watched(t), "the sweep re-enqueued the watch")
+	// A single CONFIRMED without a booking id is no doubt: not watched.
+	f.b.job(t, f.b.tenant, "LD-ONE")
+	l, err := f.b.store.Lease(ctx, claim.LeaseRequest{Tenant: f.b.tenant, Key: "LD-ONE", Holder: f.a1, For: time.Minute})
+	require.NoError(t, err)
+	_, err = f.b.store.StartActing(ctx, f.b.tenant, "LD-ONE", l.Token, f.a1, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, f.b.store.Report(ctx, f.b.tenant, "LD-ONE", l.Token, f.a1, claim.Outcome{Result: claim.Confirmed}))
+	n, err := f.b.store.StrandedWatches(ctx, f.b.tenant, time.Second)
+	require.NoError(t, err)
+	require.Zero(t, n, "not twice")
 }

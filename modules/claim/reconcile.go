@@ -227,6 +227,22 @@ func (e *Engine) reoffer(ctx context.Context, tenant string) error {
 	return nil
 }
 
+// strandedWatchDue: a tenant's lost watches are looked for at most once per
+// StrandedAfter (the query walks a day of attempts), and at the first sweep.
+func (e *Engine) strandedWatchDue(tenant string) bool {
+	e.smu.Lock()
+	defer e.smu.Unlock()
+	if e.watchChecked == nil {
+		e.watchChecked = map[string]time.Time{}
+	}
+	now := e.cfg.Clock.Now()
+	if last, ok := e.watchChecked[tenant]; ok && now.Sub(last) < e.cfg.StrandedAfter {
+		return false
+	}
+	e.watchChecked[tenant] = now
+	return true
+}
+
 // reofferLookups bounds the fresh look-ups one sweep makes per tenant.
 const reofferLookups = 3
 
@@ -278,6 +294,9 @@ func (e *Engine) SweepAll(ctx context.Context) error {
 		unknown, released, err := e.store.Sweep(ctx, t.ID)
 		if err == nil {
 			_, err = e.store.Stranded(ctx, t.ID, e.cfg.StrandedAfter)
+		}
+		if err == nil && e.strandedWatchDue(t.ID) {
+			_, err = e.store.StrandedWatches(ctx, t.ID, e.cfg.ClockErrorBound)
 		}
 		if err == nil {
 			_, err = e.store.Archive(ctx, t.ID, e.cfg.ArchiveMargin)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -70,6 +71,7 @@ func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup)
 
 type recBundle struct {
 	*bundle
+	reg    *prometheus.Registry
 	logs   *testenv.SyncBuffer
 	board  *board.Server
 	client *boardtest.Client
@@ -80,11 +82,13 @@ type recBundle struct {
 // setupReconcile starts a real board with one signed-in account, a running
 // River client with the engine's workers, and a grace of 2 s (hard timeout
 // 1 s + board worst latency 800 ms + clock error 200 ms).
-func setupReconcile(t *testing.T) *recBundle {
+func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
 	t.Helper()
 	ctx := context.Background()
 	logs := &testenv.SyncBuffer{}
+	reg := prometheus.NewRegistry()
 	b := setup(t, func(c *claim.Config) {
+		c.Registerer = reg
 		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testenvWriter{t}), nil))
 		c.WatchFirst = 100 * time.Millisecond
 		c.HardTimeout = time.Second
@@ -95,7 +99,7 @@ func setupReconcile(t *testing.T) *recBundle {
 		c.DuplicateSweepEvery = time.Hour
 	})
 	require.Equal(t, 2*time.Second, b.engine.Config().Grace)
-	s := boardtest.Start(t)
+	s := boardtest.Start(t, boardMod...)
 	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
 	c, err := boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
@@ -117,7 +121,7 @@ func setupReconcile(t *testing.T) *recBundle {
 		defer cancel()
 		_ = rc.Stop(sctx)
 	})
-	r := &recBundle{bundle: b, logs: logs, board: s, client: c, h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
+	r := &recBundle{bundle: b, reg: reg, logs: logs, board: s, client: c, h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
 	r.load = func() string {
 		loads, err := s.Publish(ctx, 1, nil)
 		require.NoError(t, err)
@@ -132,6 +136,28 @@ type testenvWriter struct{ t *testing.T }
 func (w testenvWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
+}
+
+// metric is the value of a counter of the engine's registry (0 when absent).
+func (r *recBundle) metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := r.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // lookupBookings is the board's answer for key, as a look-up sees it.

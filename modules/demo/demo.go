@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/board/catalog"
 	"github.com/fleetwright/fleetwright/modules/panel"
 )
 
@@ -38,6 +39,9 @@ type Config struct {
 	BoardListen string
 	// BoardRate is the board's publishing rate, loads per second.
 	BoardRate float64
+	// CatalogPort is the crawl catalogue's port on its hosts (0: a free one);
+	// main sets it from the board's --catalog-port.
+	CatalogPort int
 	// Panel is the panel's configuration (main's panel flags); Listen and
 	// DataDir are set from the fields above.
 	Panel panel.Config
@@ -71,10 +75,12 @@ type Info struct {
 	ConsoleURL      string `json:"console_url"`
 	BoardURL        string `json:"board_url"`
 	BoardAdminToken string `json:"board_admin_token"`
-	AdminEmail      string `json:"admin_email"`
-	DataDir         string `json:"data_dir"`
-	PID             int    `json:"pid"`
-	Tenants         []struct {
+	// CatalogURLs are the crawl catalogue's hosts.
+	CatalogURLs []string `json:"catalog_urls"`
+	AdminEmail  string   `json:"admin_email"`
+	DataDir     string   `json:"data_dir"`
+	PID         int      `json:"pid"`
+	Tenants     []struct {
 		Slug string `json:"slug"`
 		Cell string `json:"cell"`
 	} `json:"tenants"`
@@ -124,6 +130,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	var (
 		rdsB   *embedded.Redis
 		brd    *board.Server
+		cat    *catalog.Server
 		agents *fleetProcs
 	)
 	// Stop in reverse order of dependence, whatever happened.
@@ -139,6 +146,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		reap(filepath.Join(cfg.DataDir, "agents"), log)
 		reap(TempRoot(cfg.DataDir), log)
 		_ = os.RemoveAll(TempRoot(cfg.DataDir))
+		if cat != nil {
+			_ = cat.Close()
+		}
 		if brd != nil {
 			if cerr := brd.Close(); cerr != nil {
 				log.Warn("demo: board stop", "err", cerr)
@@ -172,11 +182,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	if err := s.cellB(ctx, rdsB.URL(0)); err != nil {
 		return err
 	}
+	tenantIDs := map[string]string{}
 	for _, t := range Tenants {
 		id, err := s.tenant(ctx, t)
 		if err != nil {
 			return err
 		}
+		tenantIDs[t.Slug] = id
 		for _, a := range Agents {
 			if a.Tenant == t.Slug {
 				if err := s.agent(ctx, id, a); err != nil {
@@ -185,12 +197,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			}
 		}
 	}
+	if cat, err = startCrawl(ctx, p, brd.AdminToken(), cfg.CatalogPort, tenantIDs[CrawlTenant], log); err != nil {
+		return err
+	}
 	password, err := s.admin(ctx, cfg.ResetAdmin)
 	if err != nil {
 		return err
 	}
 	consoleURL := "http://" + p.Addr()
 	info := newInfo(cfg.DataDir, consoleURL, brd)
+	info.CatalogURLs = cat.URLs()
 	if err := writeInfo(cfg.DataDir, info); err != nil {
 		return err
 	}
@@ -237,6 +253,13 @@ func writeInfo(dataDir string, info Info) error {
 	return writeSecretFile(InfoFile(dataDir), string(b)+"\n")
 }
 
+func firstOr(xs []string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return xs[0]
+}
+
 // banner prints what a person needs: where to sign in, with what, and where
 // the board is. It is the one place the one-time password appears, and only
 // on the start that set one (the first, or --reset-admin).
@@ -273,10 +296,12 @@ Fleetwright demo is running.
   Fleet:     %d agent processes (%d with Chromium); logs in %s
   Claims:    %s/claims   latency: %s/claims/latency   (other tenants: %s)
   Alarms:    %salarms
+  Crawl:     %s/crawl   (job %s on the catalogue %s every two minutes;
+             flip its layout to see the zero-result alarm: curl -d layout=2 -H "Authorization: Bearer <board_admin_token in demo.json>" %s/_catalog/control)
 
 Ctrl-C stops everything.
 
 `, info.ConsoleURL, signIn, info.BoardURL, info.BoardURL, InfoFile(info.DataDir),
 		strings.Join(cells, ", "), len(Agents), browsers, filepath.Join(info.DataDir, "logs"), first, first,
-		strings.Join(others, ", "), info.ConsoleURL)
+		strings.Join(others, ", "), info.ConsoleURL, info.ConsoleURL+"t/"+CrawlTenant, CrawlJob, strings.Join(info.CatalogURLs, " "), firstOr(info.CatalogURLs))
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -45,7 +46,7 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres user reaches its cluster
 	data := filepath.Join(dir, "var")
-	args := []string{"--role=demo", "--listen=127.0.0.1:0", "--board-listen=127.0.0.1:0", "--board-rate=1", "--data-dir=" + data}
+	args := []string{"--role=demo", "--listen=127.0.0.1:0", "--board-listen=127.0.0.1:0", "--board-rate=1", "--catalog-port=0", "--data-dir=" + data}
 
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -83,6 +84,7 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	fleetOnline(t, cl, run.console)
 	first := claimsConfirmed(t, run.board, info.BoardAdminToken, 0)
 	panelConfirmed(t, data)
+	crawlCaught(t, bin, data, cl, run.console, info)
 	crash(t, data, cl, run.console)
 	heal(t, data, run.console)
 
@@ -126,13 +128,49 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	stop(t, p, data)
 }
 
+// crawlCaught runs the demo's crawl job through the CLI: every catalogue
+// item once; after the layout switch the next run finds nothing and the
+// console shows the zero-result alarm with its trace, marked on the chart.
+func crawlCaught(t *testing.T, bin, data string, cl *http.Client, console string, info demo.Info) {
+	t.Helper()
+	run := func() string {
+		out, err := exec.Command(bin, "crawl", "run", demo.CrawlJob, "--tenant", demo.CrawlTenant, "--data-dir", data, "--wait", "--timeout", "3m").CombinedOutput()
+		require.NoError(t, err, string(out))
+		return string(out)
+	}
+	require.Len(t, info.CatalogURLs, 3)
+	require.Contains(t, run(), "items 900")
+	req, err := http.NewRequest("POST", info.CatalogURLs[0]+"/_catalog/control?layout=2", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+info.BoardAdminToken)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, run(), "items 0 (new 0, changed 0)")
+
+	_, body := do(t, cl, "GET", console+"/t/"+demo.CrawlTenant+"/crawl", nil)
+	m := regexp.MustCompile(`/t/acme/crawl/jobs/[0-9a-f-]{36}`).FindString(body)
+	require.NotEmpty(t, m, "the crawl page lists the demo's job")
+	res, body = do(t, cl, "GET", console+m, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="alarm-crawl.zero_results"`)
+	require.Contains(t, body, "Zero-result anomaly in crawl catalogue-http — selector may have changed · Trace saved")
+	require.Equal(t, 1, strings.Count(body, `data-testid="alarm-mark"`))
+	tr := regexp.MustCompile(`/t/acme/crawl/traces/\d+`).FindString(body)
+	require.NotEmpty(t, tr)
+	res, body = do(t, cl, "GET", console+tr, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, "pager-next", "the trace's body snapshot shows the new layout")
+}
+
 type started struct {
 	console, board, password string
 	// links are the console pages the banner names.
 	links []string
 }
 
-var bannerLinkRe = regexp.MustCompile(`(?m)^  (?:Console|Claims|Alarms):.*$`)
+var bannerLinkRe = regexp.MustCompile(`(?m)^  (?:Console|Claims|Alarms|Crawl):.*$`)
 var urlRe = regexp.MustCompile(`http://127\.0\.0\.1:\d+/\S*`)
 
 // follow waits for the banner and reads the URLs, the password (only on

@@ -28,7 +28,7 @@ type Agent struct {
 	// Key is the account key, the board username and (as "agent-"+Key) the
 	// agent's name, as the console names agents it creates.
 	Key string
-	// Kind is the one worker's kind: watcher, actor or http_actor.
+	// Kind is the one worker's kind: watcher, actor, http_actor or crawler.
 	Kind string
 }
 
@@ -73,4 +73,6 @@ var Agents = []Agent{
 	{"north", "north-watch", "watcher"},
 	{"north", "north-http-1", "http_actor"},
 	{"north", "north-http-2", "http_actor"},
+	// The crawler: acme crawls the sandbox catalogue on a schedule.
+	{"acme", "acme-crawl", "crawler"},
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,9 +27,11 @@ type Claims interface {
 	Lease(ctx context.Context, tenant string, h claim.Holder, r wire.LeaseRequest) wire.LeaseResult
 	Act(ctx context.Context, tenant string, h claim.Holder, r wire.ActRequest) wire.ActResult
 	Outcome(ctx context.Context, tenant string, h claim.Holder, o wire.Outcome, offset wire.Estimate) wire.OutcomeAck
-	// AgentLost is told when an agent's connection ends: its actions in
-	// flight can no longer be reported and become UNKNOWN.
-	AgentLost(ctx context.Context, tenant, agentID string) error
+	// AgentLost is told when an agent's connection ends: the actions in
+	// flight on that connection can no longer be reported and become
+	// UNKNOWN. Only that connection's claims (connID), never those of the
+	// same agent's newer connection.
+	AgentLost(ctx context.Context, tenant, agentID, connID string) error
 }
 
 // GatewayConfig configures the gateway.
@@ -64,8 +67,9 @@ type Gateway struct {
 	byTenant map[string]map[string]*conn // tenant → agent id → connection
 	rr       int
 
-	connected prometheus.Gauge
-	messages  *prometheus.CounterVec
+	connected   prometheus.Gauge
+	messages    *prometheus.CounterVec
+	silentDrops prometheus.Counter
 }
 
 // NewGateway returns a gateway; claims may be nil until the engine is wired.
@@ -91,9 +95,11 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 			Help: "Agents connected to this panel replica."}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_agent_messages_total",
 			Help: "Protocol messages received from agents, by type."}, []string{"type"}),
+		silentDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_agent_silent_drops_total",
+			Help: "Agent connections this replica dropped after two ping intervals without a word from the agent (a dead path without FIN or RST)."}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(g.connected, g.messages)
+		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops)
 	}
 	return g
 }
@@ -126,14 +132,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	secure, how := transport(r, g.cfg.TrustedProxies)
-	c := &conn{g: g, ws: ws, remote: remoteAddr(r), secure: secure, transport: how, wake: make(chan struct{}, 1),
-		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{},
-		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight)}
+	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how, wake: make(chan struct{}, 1),
+		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
+		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
 	c.serve(r.Context())
 }
 
 type conn struct {
-	g       *Gateway
+	g *Gateway
+	// id names this connection (uuid): the claims leased or acted on
+	// through it carry it, so its end settles only them.
+	id      string
 	ws      *websocket.Conn
 	remote  string
 	agent   Agent
@@ -153,8 +162,12 @@ type conn struct {
 	offset  wire.Estimate
 	pings   map[string]time.Time
 	lookups map[string]chan wire.LookupResult
-	sent    map[string]bool // commands written on this connection
+	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
+	sent    map[string]bool                 // commands written on this connection
 	sem     chan struct{}
+	// heard is signalled (without blocking) whenever the agent's frame
+	// arrives: the writer's silence limit starts again.
+	heard chan struct{}
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -194,6 +207,10 @@ func (c *conn) read(ctx context.Context) (wire.Frame, error) {
 		return wire.Frame{}, err
 	}
 	c.g.messages.WithLabelValues(string(f.Type)).Inc()
+	select {
+	case c.heard <- struct{}{}:
+	default:
+	}
 	return f, nil
 }
 
@@ -279,7 +296,7 @@ func (c *conn) serve(ctx context.Context) {
 		g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
 	}
 	if cl := g.claimEngine(); cl != nil {
-		if err := cl.AgentLost(bctx, a.Tenant, a.ID); err != nil {
+		if err := cl.AgentLost(bctx, a.Tenant, a.ID, c.id); err != nil {
 			g.log.Warn("settle a lost agent's actions", "agent", a.ID, "err", err)
 		}
 	}
@@ -364,9 +381,22 @@ func (c *conn) writer(ctx context.Context) {
 	c.deliver(ctx)
 	c.ping(ctx)
 	poll, ping := g.cfg.Clock.After(g.cfg.PollEvery), g.cfg.Clock.After(g.cfg.PingEvery)
+	// An agent answers every ping; two ping intervals without a word from
+	// it mean the path is dead even if no FIN or RST ever arrives (a
+	// partition, a frozen host): drop the connection, so its claims are
+	// handled as a lost connection's and the agent's reconnect is not
+	// mistaken for a second connection of a live one.
+	silence := g.cfg.Clock.After(2 * g.cfg.PingEvery)
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-c.heard:
+			silence = g.cfg.Clock.After(2 * g.cfg.PingEvery)
+		case <-silence:
+			g.log.Warn("agent silent for two ping intervals; dropping its connection", "agent", c.agent.ID, "silent_for", 2*g.cfg.PingEvery, "remote", c.remote)
+			g.silentDrops.Inc()
+			_ = c.ws.CloseNow()
 			return
 		case <-c.wake:
 			c.deliver(ctx)
@@ -457,6 +487,10 @@ func (c *conn) reader(ctx context.Context) {
 			if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
 			}
+		case wire.AssistantReport:
+			if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+				c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
+			}
 		case wire.CommandResult:
 			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)
@@ -469,6 +503,8 @@ func (c *conn) reader(ctx context.Context) {
 			if ch != nil {
 				ch <- m
 			}
+		case wire.PageResult:
+			c.pageResult(m)
 		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
 			if !c.claim(ctx, f.Message) {
 				return
@@ -528,14 +564,30 @@ func (c *conn) claim(ctx context.Context, m wire.Message) bool {
 				c.g.log.Debug("sighting refused", "agent", c.agent.ID, "err", err)
 			}
 		case wire.LeaseRequest:
-			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
+			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.ActRequest:
-			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
+			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.Outcome:
-			_ = c.send(ctx, cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x, c.Offset()))
+			ack := claim.Disposition(cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x, c.Offset()))
+			if ack.Disposition == wire.AckTransient && c.version < wire.V4 {
+				// A v3 agent drops a report on any answer; withheld, the
+				// report stays in its outbox until its next connection.
+				c.g.log.Warn("outcome not recorded; acknowledgement withheld from a v3 agent", "agent", c.agent.ID, "key", x.Key)
+				return
+			}
+			_ = c.send(ctx, ack)
 		}
 	}()
 	return true
+}
+
+// newConnID returns a random uuid (version 4) for a connection.
+func newConnID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // Offer sends an offer to every agent of tenant connected to this replica

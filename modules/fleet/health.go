@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -73,4 +74,41 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
 	return out, nil
+}
+
+// Health labels the fleet page shows beside a worker, by alarm kind.
+var healthLabels = map[string]string{"worker.hung": "hung", "worker.crash_loop": "crash loop"}
+
+// markHealth copies the open health alarms of the tenant onto its agents:
+// worker alarms are keyed "<agent id>/<worker>", agent ones "<agent id>".
+func markHealth(ctx context.Context, tx pgx.Tx, byID map[string]*AgentView) error {
+	rows, err := tx.Query(ctx, `SELECT kind, key, summary FROM alarms
+		WHERE resolved_at IS NULL AND kind IN ('worker.hung', 'worker.crash_loop', 'agent.crash_loop')`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, key, summary string
+		if err := rows.Scan(&kind, &key, &summary); err != nil {
+			return err
+		}
+		agent, worker, _ := strings.Cut(key, "/")
+		a := byID[agent]
+		if a == nil {
+			continue
+		}
+		if kind == "agent.crash_loop" {
+			a.CrashLoop = true
+			continue
+		}
+		if a.Health == nil {
+			a.Health, a.HealthDetail = map[string]string{}, map[string]string{}
+		}
+		// A crash loop outranks a hang.
+		if a.Health[worker] == "" || kind == "worker.crash_loop" {
+			a.Health[worker], a.HealthDetail[worker] = healthLabels[kind], summary
+		}
+	}
+	return rows.Err()
 }

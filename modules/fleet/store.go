@@ -323,6 +323,15 @@ func (s *Store) SaveState(ctx context.Context, a Agent, st wire.State) error {
 	})
 }
 
+// SaveAssistantReport keeps an enrolled assistant's latest report.
+func (s *Store) SaveAssistantReport(ctx context.Context, a Agent, r wire.AssistantReport) error {
+	b, _ := json.Marshal(r)
+	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET assistant_report = $2, assistant_report_at = now(), last_seen = now() WHERE id = $1`, a.ID, b)
+		return err
+	})
+}
+
 // SaveOffset stores the agent's measured clock offset and its error bound.
 func (s *Store) SaveOffset(ctx context.Context, a Agent, e wire.Estimate) error {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

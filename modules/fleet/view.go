@@ -34,6 +34,15 @@ type AgentView struct {
 	SharedEgress bool
 	Traits       traits.Traits
 	Events       []EventView
+	// Assistant is the latest report of an enrolled assistant (nil for
+	// other agents).
+	Assistant *wire.AssistantReport
+	// Health marks workers the panel's health sweep found hung or in a
+	// crash loop (their open alarms), with the alarm's summary as detail;
+	// CrashLoop marks the agent process itself.
+	Health       map[string]string
+	HealthDetail map[string]string
+	CrashLoop    bool
 }
 
 // EventView is a recent event of an agent.
@@ -77,7 +86,7 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 			       COALESCE(ag.remote_addr, ''), COALESCE(ag.build, ''), COALESCE(ag.protocol, 0),
 			       ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id
 			                                AND r.last_seen > now() - make_interval(secs => $1)),
-			       ag.paused, ag.retired_at IS NOT NULL, ag.last_seen, ag.clock_offset_ms, ag.clock_error_ms, ag.state
+			       ag.paused, ag.retired_at IS NOT NULL, ag.last_seen, ag.clock_offset_ms, ag.clock_error_ms, ag.state, ag.assistant_report
 			FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
 			ORDER BY ag.retired_at IS NOT NULL, ac.account_key, ag.name`, liveWindow.Seconds())
 		if err != nil {
@@ -86,10 +95,14 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		defer rows.Close()
 		for rows.Next() {
 			var a AgentView
-			var st []byte
+			var st, ar []byte
 			if err := rows.Scan(&a.ID, &a.Name, &a.AccountKey, &a.Region, &a.TokenHint, &a.Host, &a.Remote, &a.Build,
-				&a.Protocol, &a.Connected, &a.Paused, &a.Retired, &a.LastSeen, &a.ClockOffsetMS, &a.ClockErrorMS, &st); err != nil {
+				&a.Protocol, &a.Connected, &a.Paused, &a.Retired, &a.LastSeen, &a.ClockOffsetMS, &a.ClockErrorMS, &st, &ar); err != nil {
 				return err
+			}
+			if ar != nil {
+				a.Assistant = &wire.AssistantReport{}
+				_ = json.Unmarshal(ar, a.Assistant)
 			}
 			if st != nil {
 				_ = json.Unmarshal(st, &a.State)
@@ -147,7 +160,10 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 				a.Events = append(a.Events, e)
 			}
 		}
-		return ev.Err()
+		if err := ev.Err(); err != nil {
+			return err
+		}
+		return markHealth(ctx, tx, byID)
 	})
 	if err != nil {
 		return Fleet{}, fmt.Errorf("fleet: list: %w", err)

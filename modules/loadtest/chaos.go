@@ -1,33 +1,65 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"os"
 	"syscall"
 	"time"
 
+	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/modules/board"
 )
 
 // Chaos kinds, as named in the report's chaos_hits.
 const (
-	KindAgentKill     = "agent_kill_mid_action" // SIGKILL an agent while its claim is ACTING (board hold)
-	KindAgentStop     = "agent_stop_past_lease" // SIGSTOP an agent holding a claim past its lease and act deadline, then SIGCONT
-	KindRedisOutage   = "cell_redis_outage"     // stop cell b's Redis, start it again
-	KindDropResponse  = "board_drop_response"   // the board commits and drops the response
-	KindLateCommit    = "board_late_commit"     // 504 at once, committed seconds later
-	Kind5xx           = "board_5xx_burst"       // 503 without effect
-	KindSessionStorm  = "session_storm"         // every board session expires
-	KindPanelRestart  = "panel_replica_restart" // SIGKILL a panel replica; its unit restarts it
-	chaosGap          = time.Second
-	boardBurstMin     = 3 * time.Second
-	boardBurstMax     = 25 * time.Second
-	holdFor           = 4 * time.Second
-	findActingTimeout = 30 * time.Second
+	KindAgentKill     = "agent_kill_mid_action"    // SIGKILL an agent while its claim is ACTING (board hold)
+	KindAgentStop     = "agent_stop_past_lease"    // SIGSTOP an agent holding a claim past its lease and act deadline, then SIGCONT
+	KindRedisOutage   = "cell_redis_outage"        // stop cell b's Redis, start it again
+	KindDropResponse  = "board_drop_response"      // the board commits and drops the response
+	KindLateCommit    = "board_late_commit"        // 504 at once, committed seconds later
+	Kind5xx           = "board_5xx_burst"          // 503 without effect
+	KindSessionStorm  = "session_storm"            // every board session expires
+	KindPanelRestart  = "panel_replica_restart"    // SIGKILL a panel replica; its unit restarts it
+	KindPGRestart     = "postgres_restart"         // SIGKILL every process of the cluster; started again once they are gone
+	KindPGStall       = "postgres_stall"           // SIGSTOP every process of the cluster for 5–20 s, then SIGCONT
+	KindPanelFreeze   = "panel_freeze"             // SIGSTOP the replica that leads River past its leadership's expiry, then SIGCONT
+	KindBoardRestart  = "board_restart"            // the board stops at once (connections dropped) and starts again on its file store
+	KindStopAfterGate = "agent_stop_after_gate"    // an agent SIGSTOPs itself right after its send gate opened; continued past its act deadline
+	KindCommitLate    = "board_commit_after_grace" // 504 at once, committed grace + 10 s later; each must end CONFIRMED within 2 min
+	KindPartition     = "agent_panel_partition"    // one agent's path to its replica blackholed past its lease and two ping intervals
+	KindClockSkew     = "agent_clock_skew"         // an HTTP-only agent whose wall clock is minutes off signs in, claims and reports corrected times
+	// clockSkew is how far that agent's wall clock is off.
+	clockSkew = -3 * time.Minute
+	// skewTolerance bounds a corrected timestamp's distance from the
+	// board's own record of the same moment.
+	skewTolerance = 2 * time.Second
+	// panelPingEvery is the replicas' ping interval (fleet.GatewayConfig's
+	// default); each side drops a connection silent for two of them.
+	panelPingEvery = 15 * time.Second
+	// reconnectWithin bounds the agent's reconnect once traffic resumes.
+	reconnectWithin = 30 * time.Second
+	// commitLateWindow is how long board_commit_after_grace answers 504.
+	commitLateWindow = 8 * time.Second
+	// afterGraceConfirm bounds the wait for a late commit's CONFIRMED.
+	afterGraceConfirm = 2 * time.Minute
+	// stopAfterGateBooking is the booking after whose opened gate the
+	// chosen agent stops itself.
+	stopAfterGateBooking = 2
+	pgStallMin           = 5 * time.Second
+	pgStallMax           = 20 * time.Second
+	chaosGap             = time.Second
+	boardBurstMin        = 3 * time.Second
+	boardBurstMax        = 25 * time.Second
+	holdFor              = 4 * time.Second
+	findActingTimeout    = 30 * time.Second
 )
 
 // ChaosKinds lists every kind in schedule order.
-var ChaosKinds = []string{Kind5xx, KindDropResponse, KindSessionStorm, KindAgentKill, KindLateCommit, KindRedisOutage, KindAgentStop, KindPanelRestart}
+var ChaosKinds = []string{KindCommitLate, KindPartition, Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit,
+	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindClockSkew, KindPanelRestart}
 
 // chaos runs the schedule in cycles until ctx ends; cycleDone closes when
 // the first cycle has finished. Each step is bounded and restores what it
@@ -47,13 +79,21 @@ func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 			})
 		},
 		KindSessionStorm: func(context.Context) (int, string) {
-			n := r.brd.SessionStorm(1)
+			n := r.board().SessionStorm(1)
 			return min(n, 1), fmt.Sprintf("%d sessions expired", n)
 		},
-		KindAgentKill:    r.killMidAction,
-		KindAgentStop:    r.stopPastLease,
-		KindRedisOutage:  r.redisOutage,
-		KindPanelRestart: r.panelRestart,
+		KindAgentKill:     r.killMidAction,
+		KindAgentStop:     r.stopPastLease,
+		KindRedisOutage:   r.redisOutage,
+		KindPanelRestart:  r.panelRestart,
+		KindPGRestart:     r.postgresRestart,
+		KindPGStall:       r.postgresStall,
+		KindPanelFreeze:   r.panelFreeze,
+		KindBoardRestart:  r.boardRestart,
+		KindStopAfterGate: r.awaitGateStop,
+		KindCommitLate:    r.commitAfterGrace,
+		KindPartition:     r.partition,
+		KindClockSkew:     r.checkClockSkew,
 	}
 	for cycle := 1; ; cycle++ {
 		for _, kind := range ChaosKinds {
@@ -99,9 +139,9 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 // boardBurstMax, then off; the hits are the events the board logged.
 func (r *runner) boardBurst(ctx context.Context, event string, set func(*board.Chaos, bool)) (int, string) {
 	after := r.lastEvent()
-	c := r.brd.Chaos()
+	c := r.board().Chaos()
 	set(&c, true)
-	if err := r.brd.SetChaos(c); err != nil {
+	if err := r.board().SetChaos(c); err != nil {
 		return 0, err.Error()
 	}
 	start := time.Now()
@@ -113,22 +153,22 @@ func (r *runner) boardBurst(ctx context.Context, event string, set func(*board.C
 			break
 		}
 	}
-	c = r.brd.Chaos()
+	c = r.board().Chaos()
 	set(&c, false)
-	_ = r.brd.SetChaos(c)
+	_ = r.board().SetChaos(c)
 	n := r.countEvents(after, event)
 	return n, fmt.Sprintf("switch on for %s", time.Since(start).Round(100*time.Millisecond))
 }
 
 func (r *runner) lastEvent() int64 {
-	return r.brd.Stats().Events
+	return r.board().Stats().Events
 }
 
 // countEvents counts the board's events of a type after seq.
 func (r *runner) countEvents(after int64, typ string) int {
 	n := 0
 	for {
-		evs := r.brd.Events(after, 1000)
+		evs := r.board().Events(after, 1000)
 		if len(evs) == 0 {
 			return n
 		}
@@ -151,13 +191,13 @@ type acting struct {
 // findActing holds every booking on the board for holdFor and waits until
 // one of the candidate agents (in seeded order) has a claim in ACTING.
 func (r *runner) findActing(ctx context.Context, candidates []*proc) (acting, func(), error) {
-	c := r.brd.Chaos()
+	c := r.board().Chaos()
 	c.Hold = board.Duration(holdFor)
-	_ = r.brd.SetChaos(c)
+	_ = r.board().SetChaos(c)
 	release := func() {
-		c := r.brd.Chaos()
+		c := r.board().Chaos()
 		c.Hold = 0
-		_ = r.brd.SetChaos(c)
+		_ = r.board().SetChaos(c)
 	}
 	order := append([]*proc(nil), candidates...)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -207,7 +247,7 @@ func (r *runner) claimState(ctx context.Context, tenantID, key string) string {
 func (r *runner) killMidAction(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.httpOnly() && p.agent.acts() {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() && !r.isPartitioned(p) {
 			cands = append(cands, p)
 		}
 	}
@@ -231,7 +271,7 @@ func (r *runner) killMidAction(ctx context.Context) (int, string) {
 func (r *runner) stopPastLease(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.acts() {
+		if p.agent.acts() && p != r.gateAgent() && !r.isPartitioned(p) {
 			cands = append(cands, p)
 		}
 	}
@@ -335,4 +375,560 @@ func (r *runner) panelRestart(ctx context.Context) (int, string) {
 		return 0, fmt.Sprintf("%s killed but not ready again within 2m", p.name)
 	}
 	return 1, fmt.Sprintf("SIGKILL %s; ready again after %s", p.name, time.Since(killed).Round(100*time.Millisecond))
+}
+
+// postgresRestart SIGKILLs every process of the cluster at once (the OOM
+// killer's worst day); the run's supervisor starts it again once they are
+// all gone, as a panel's does. A hit is a cluster whose every process died
+// and whose new postmaster answered.
+func (r *runner) postgresRestart(ctx context.Context) (int, string) {
+	procs := r.pg.Processes()
+	old := r.pg.Pid()
+	if len(procs) == 0 || old == 0 {
+		return 0, "no process of the cluster found"
+	}
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	killed := time.Now()
+	for time.Since(killed) < 2*time.Minute {
+		if r.pg.Pid() != old && r.pg.State() == embedded.StateRunning {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			err := r.super.QueryRow(cctx, "SELECT 1").Scan(new(int))
+			cancel()
+			if err == nil {
+				return 1, fmt.Sprintf("SIGKILL %d processes; answering again after %s", len(procs), time.Since(killed).Round(100*time.Millisecond))
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0, fmt.Sprintf("SIGKILL %d processes; not back within 2m (state %s)", len(procs), r.pg.State())
+}
+
+// postgresStall freezes every process of the cluster (SIGSTOP) for a seeded
+// 5–20 s, then continues them: statements hang rather than fail, the way a
+// stalled disk or a paused VM looks. A hit is a stall during which every
+// process was seen stopped.
+func (r *runner) postgresStall(ctx context.Context) (int, string) {
+	d := pgStallMin + time.Duration(r.rng.Int64N(int64(pgStallMax-pgStallMin)))
+	procs := r.pg.Processes()
+	if len(procs) == 0 {
+		return 0, "no process of the cluster found"
+	}
+	r.mu.Lock()
+	r.pgStopped = procs
+	r.mu.Unlock()
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	// A signal is delivered when the process next runs: look until every
+	// one is stopped (a moment on a busy machine).
+	stopped := 0
+	for look := time.Now(); time.Since(look) < 3*time.Second; time.Sleep(50 * time.Millisecond) {
+		stopped = 0
+		for _, pid := range procs {
+			if st := processState(pid); st == 'T' || st == 't' || st == 0 {
+				stopped++
+			}
+		}
+		if stopped == len(procs) {
+			break
+		}
+	}
+	// Not cut short by ctx: the cluster must be continued whatever happens
+	// (restoreAll continues it too).
+	time.Sleep(d)
+	r.continuePostgres()
+	if stopped < len(procs) {
+		return 0, fmt.Sprintf("only %d of %d processes stopped", stopped, len(procs))
+	}
+	return 1, fmt.Sprintf("SIGSTOP %d processes for %s", len(procs), d.Round(100*time.Millisecond))
+}
+
+// continuePostgres sends SIGCONT to the cluster's processes a stall stopped.
+func (r *runner) continuePostgres() {
+	r.mu.Lock()
+	procs := r.pgStopped
+	r.pgStopped = nil
+	r.mu.Unlock()
+	for _, pid := range procs {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// processState is the state letter of /proc/PID/stat (R, S, T, Z, …), 0
+// when the process is gone.
+func processState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// panelFreeze SIGSTOPs the replica that leads River (read from River's
+// leader table; each replica's River client id is its replica id) until its
+// leadership has expired by the database's clock and another replica took
+// over (or 30 s more passed), then continues it: a leader that wakes up must
+// find it no longer leads, and its periodic jobs must not have overlapped.
+// The schedule goes on meanwhile; the hit is counted when the replica is
+// continued past the expiry.
+func (r *runner) panelFreeze(ctx context.Context) (int, string) {
+	var leader string
+	var expires, now time.Time
+	if err := r.super.QueryRow(ctx, `SELECT leader_id, expires_at, now() FROM river_leader LIMIT 1`).Scan(&leader, &expires, &now); err != nil {
+		return 0, "no River leader: " + err.Error()
+	}
+	var pid int
+	if err := r.super.QueryRow(ctx, `SELECT pid FROM panel_replicas WHERE id = $1`, leader).Scan(&pid); err != nil {
+		return 0, "the leader " + leader + " is no known replica: " + err.Error()
+	}
+	var p *proc
+	for _, x := range r.panels {
+		if x.pid() == pid {
+			p = x
+		}
+	}
+	if p == nil {
+		return 0, fmt.Sprintf("the leader's pid %d is no replica of this run", pid)
+	}
+	if err := p.u.Signal(syscall.SIGSTOP); err != nil {
+		return 0, err.Error()
+	}
+	r.mu.Lock()
+	r.stopped[p] = true
+	r.mu.Unlock()
+	// The stop is delivered when the process next runs: look for a moment.
+	for look := time.Now(); processState(pid) != 'T'; time.Sleep(50 * time.Millisecond) {
+		if time.Since(look) > 3*time.Second {
+			r.note("%s: %s did not stop", KindPanelFreeze, p.name)
+			break
+		}
+	}
+	frozen := time.Now()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		bctx := context.WithoutCancel(ctx)
+		past, successor := false, ""
+		ttl := expires.Sub(now)
+		for time.Since(frozen) < ttl+45*time.Second {
+			var cur string
+			var dbNow time.Time
+			if err := r.super.QueryRow(bctx, `SELECT coalesce((SELECT leader_id FROM river_leader LIMIT 1), ''), now()`).Scan(&cur, &dbNow); err == nil {
+				past = dbNow.After(expires.Add(time.Second))
+				if cur != leader {
+					successor = cur
+				}
+				if past && (successor != "" || time.Since(frozen) > ttl+30*time.Second) {
+					break
+				}
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		r.mu.Lock()
+		if r.stopped[p] {
+			_ = p.u.Signal(syscall.SIGCONT)
+			delete(r.stopped, p)
+		}
+		if past {
+			r.hits[KindPanelFreeze]++
+		}
+		r.mu.Unlock()
+		took := time.Since(frozen).Round(100 * time.Millisecond)
+		r.log.Info("chaos: leader continued", "replica", p.name, "frozen", took, "past_expiry", past, "successor", successor)
+		r.printf("chaos %s: continued %s after %s (past its leadership's expiry: %v; a successor took over: %v)", KindPanelFreeze, p.name, took, past, successor != "")
+	}()
+	return 0, fmt.Sprintf("SIGSTOP %s, River's leader (its leadership expires in %s); the hit counts once it is continued past that", p.name, expires.Sub(now).Round(100*time.Millisecond))
+}
+
+// boardRestart stops the board the way a crash would (board.Server.Kill:
+// connections in flight dropped without an answer, held requests and late
+// commits abandoned) and starts it again on its file store and address with
+// the same switches. A hit is a board that came back with every event it
+// had committed and answered on its address.
+func (r *runner) boardRestart(ctx context.Context) (int, string) {
+	r.brdMu.Lock()
+	old := r.brd
+	before := old.Stats()
+	cfg := r.bcfg
+	cfg.Chaos, cfg.Rate = old.Chaos(), before.PublishRate
+	killErr := old.Kill()
+	down := time.Now()
+	var nb *board.Server
+	var err error
+	// The address is free again at once (the listener is closed; Go sets
+	// SO_REUSEADDR), but allow a moment on a busy machine.
+	for i := 0; i < 50; i++ {
+		if nb, err = board.Start(context.WithoutCancel(ctx), cfg, r.boardLog); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		r.brdMu.Unlock()
+		r.note("%s: the board did not start again: %v", KindBoardRestart, err)
+		return 0, "the board did not start again: " + err.Error()
+	}
+	r.brd = nb
+	r.brdMu.Unlock()
+	after := nb.Stats()
+	if killErr != nil {
+		r.log.Warn("chaos: board kill", "err", killErr)
+	}
+	res, err := http.Get(nb.URL() + "/healthz")
+	if err == nil {
+		res.Body.Close()
+	}
+	if err != nil || after.Events < before.Events {
+		return 0, fmt.Sprintf("back after %s but events %d → %d, health: %v", time.Since(down).Round(time.Millisecond), before.Events, after.Events, err)
+	}
+	return 1, fmt.Sprintf("killed with %d events; back on %s after %s with %d", before.Events, nb.URL(), time.Since(down).Round(time.Millisecond), after.Events)
+}
+
+// gateAgent is the agent that runs with the test-only StopAfterGateEnv
+// setting: the first actor agent of the first tenant (with the browser
+// actor when there is one, so the HTTP-only agents stay for
+// agent_kill_mid_action).
+func (r *runner) gateAgent() *proc {
+	for _, p := range r.agents {
+		if p.agent.Tenant == 0 && p.agent.acts() {
+			return p
+		}
+	}
+	return nil
+}
+
+// watchGateStops continues the gate agent each time it stopped itself after
+// its send gate opened (its process seen stopped while the run did not stop
+// it), once max(lease, hard timeout) + 3 s have passed: past its act
+// deadline, so its booking request leaves late, as from a host that froze
+// between the last deadline check and the send. A hit is one such stop
+// continued past the deadline.
+func (r *runner) watchGateStops(ctx context.Context) {
+	p := r.gateAgent()
+	if p == nil {
+		return
+	}
+	cfg := r.eng.Config()
+	stopFor := max(cfg.LeaseFor, cfg.HardTimeout) + 3*time.Second
+	for r.sleep(ctx, 100*time.Millisecond) {
+		pid := p.pid()
+		if pid == 0 || processState(pid) != 'T' {
+			continue
+		}
+		r.mu.Lock()
+		ours := r.stopped[p]
+		if !ours {
+			r.stopped[p] = true
+		}
+		r.mu.Unlock()
+		if ours {
+			continue
+		}
+		stopped := time.Now()
+		r.log.Info("chaos: the agent stopped itself after its send gate opened", "agent", p.name, "pid", pid)
+		select {
+		case <-time.After(stopFor):
+		case <-ctx.Done():
+		}
+		r.mu.Lock()
+		if r.stopped[p] {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			delete(r.stopped, p)
+		}
+		past := time.Since(stopped) >= stopFor
+		if past {
+			r.hits[KindStopAfterGate]++
+		}
+		r.mu.Unlock()
+		r.printf("chaos %s: %s stopped itself after its send gate opened; continued after %s", KindStopAfterGate, p.name, time.Since(stopped).Round(100*time.Millisecond))
+	}
+}
+
+// awaitGateStop is the schedule's step for agent_stop_after_gate: the agent
+// stops itself on its own booking (watchGateStops continues it and counts
+// the hit), so the step only waits, bounded, until that has happened once.
+func (r *runner) awaitGateStop(ctx context.Context) (int, string) {
+	p := r.gateAgent()
+	if p == nil {
+		return 0, "no actor agent to run with the setting"
+	}
+	start := time.Now()
+	for time.Since(start) < time.Minute {
+		r.mu.Lock()
+		done, now := r.hits[KindStopAfterGate], r.stopped[p]
+		r.mu.Unlock()
+		if done > 0 || now {
+			return 0, fmt.Sprintf("%s stopped itself after booking %d's gate opened (hits counted when it is continued)", p.name, stopAfterGateBooking)
+		}
+		if !r.sleep(ctx, 200*time.Millisecond) {
+			break
+		}
+	}
+	return 0, fmt.Sprintf("%s did not stop itself within 1m (fewer than %d bookings?)", p.name, stopAfterGateBooking)
+}
+
+// commitAfterGrace answers every booking 504 for a moment and commits each
+// grace + 10 s later: after the reconciler's complete look-up found nothing
+// and released (or gave up) the claim. The first commit of a load wins (the
+// others find it taken). Each booking so committed must end CONFIRMED within
+// 2 minutes of the commit — late evidence found by the panel's continued
+// look-ups — which the background check below waits for; a hit is one that
+// did.
+func (r *runner) commitAfterGrace(ctx context.Context) (int, string) {
+	delay := r.eng.Config().Grace + 10*time.Second
+	start := r.board().Stats().AsOf
+	// Every booking request of the window is answered 504, so a load whose
+	// every client asked within it is booked by nobody until the first
+	// commit; one asked for after the window is booked at once by another
+	// client, and its late commit finds it taken.
+	after := r.lastEvent()
+	set := func(on bool) {
+		c := r.board().Chaos()
+		c.LateCommitRate, c.LateCommitDelay = onOff(on, 1), board.Duration(delay)
+		_ = r.board().SetChaos(c)
+	}
+	set(true)
+	on := time.Now()
+	for time.Since(on) < boardBurstMax {
+		if time.Since(on) >= commitLateWindow && r.countEvents(after, board.EvLateCommit) > 0 {
+			break
+		}
+		if !r.sleep(ctx, 200*time.Millisecond) {
+			break
+		}
+	}
+	set(false)
+	n := r.countEvents(after, board.EvLateCommit)
+	detail := fmt.Sprintf("switch on for %s", time.Since(on).Round(100*time.Millisecond))
+	if n == 0 {
+		return 0, "no booking was answered 504 (" + detail + ")"
+	}
+	switchedOff := time.Now()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		bctx := context.WithoutCancel(ctx)
+		// Every scheduled commit has happened (or found the load taken)
+		// once the delay has passed since the switch went off.
+		time.Sleep(time.Until(switchedOff.Add(delay + 2*time.Second)))
+		type late struct {
+			tenant, key string
+			at          time.Time
+		}
+		var commits []late
+		for _, b := range r.board().Bookings("") {
+			if b.Source == "late_commit" && b.BookedAt.After(start.Add(delay-time.Second)) {
+				for i, t := range r.tenants {
+					if t.Client == b.Client {
+						commits = append(commits, late{tenant: r.tenantIDs[i], key: b.LoadID, at: b.BookedAt})
+					}
+				}
+			}
+		}
+		hits := 0
+		var missed []string
+		for _, c := range commits {
+			ok := false
+			for time.Now().Before(c.at.Add(afterGraceConfirm)) {
+				if r.claimState(bctx, c.tenant, c.key) == "CONFIRMED" {
+					ok = true
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if ok {
+				hits++
+			} else {
+				missed = append(missed, c.key)
+			}
+		}
+		r.mu.Lock()
+		r.hits[KindCommitLate] += hits
+		r.afterGrace += len(commits)
+		r.afterGraceLate = append(r.afterGraceLate, missed...)
+		r.mu.Unlock()
+		r.printf("chaos %s: %d booking(s) committed %s after their 504; %d CONFIRMED within %s, not: %v", KindCommitLate, len(commits), delay, hits, afterGraceConfirm, missed)
+	}()
+	return 0, fmt.Sprintf("%d booking(s) answered 504, committed %s later (%s); hits counted once CONFIRMED", n, delay, detail)
+}
+
+func (r *runner) isPartitioned(p *proc) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.partitioned == p
+}
+
+// agentConnected reads whether the panel records the agent as connected,
+// and since when.
+func (r *runner) agentConnected(ctx context.Context, p *proc) (bool, time.Time) {
+	var c bool
+	var at *time.Time
+	_ = r.super.QueryRow(ctx, `SELECT connected, connected_at FROM agents WHERE id = $1`, p.agentID).Scan(&c, &at)
+	if at == nil {
+		return c, time.Time{}
+	}
+	return c, *at
+}
+
+// partition blackholes one HTTP-only actor agent's path to its replica (its
+// relay passes nothing, not even a close) for longer than a lease and two
+// ping intervals, then lets traffic through. Each side must drop the silent
+// connection on its own (docs/PROTOCOL.md), and the agent must be connected
+// again within 30 s after traffic resumes. It runs in the background; a hit
+// is a partition where the panel dropped the agent, the agent dropped its
+// side, and it came back in time.
+func (r *runner) partition(ctx context.Context) (int, string) {
+	var cands []*proc
+	for _, p := range r.agents {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		return 0, "no HTTP-only actor agent"
+	}
+	p := cands[r.rng.IntN(len(cands))]
+	if ok, _ := r.agentConnected(ctx, p); !ok {
+		return 0, p.name + " was not connected"
+	}
+	r.mu.Lock()
+	if r.partitioned != nil || r.stopped[p] {
+		r.mu.Unlock()
+		return 0, p.name + " is busy with other chaos"
+	}
+	r.partitioned = p
+	r.mu.Unlock()
+	hold := max(r.eng.Config().LeaseFor, 2*panelPingEvery) + 5*time.Second
+	p.relay.block()
+	cut := time.Now()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		bctx := context.WithoutCancel(ctx)
+		panelDropped := time.Duration(0)
+		for time.Since(cut) < hold {
+			if ok, _ := r.agentConnected(bctx, p); !ok && panelDropped == 0 {
+				panelDropped = time.Since(cut)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		agentDropped := p.relay.unblock()
+		resumed := time.Now()
+		back := time.Duration(-1)
+		for time.Since(resumed) < reconnectWithin+5*time.Second {
+			if ok, at := r.agentConnected(bctx, p); ok && at.After(cut) {
+				back = time.Since(resumed)
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		r.mu.Lock()
+		r.partitioned = nil
+		hit := panelDropped > 0 && agentDropped > 0 && back >= 0 && back <= reconnectWithin
+		if hit {
+			r.hits[KindPartition]++
+		}
+		r.mu.Unlock()
+		r.log.Info("chaos: partition over", "agent", p.name, "held", hold, "panel_dropped_after", panelDropped,
+			"agent_closed", agentDropped, "reconnected_after", back)
+		r.printf("chaos %s: %s cut for %s; the panel dropped it after %s, the agent closed %d connection(s), connected again %s after traffic resumed",
+			KindPartition, p.name, hold, panelDropped.Round(100*time.Millisecond), agentDropped, back.Round(100*time.Millisecond))
+		if !hit {
+			r.note("%s: %s was not handled in time (panel dropped after %s, agent closed %d, back after %s)", KindPartition, p.name, panelDropped, agentDropped, back)
+		}
+	}()
+	return 0, fmt.Sprintf("blackholed %s's path to its replica for %s; the hit counts once it is connected again", p.name, hold)
+}
+
+// skewAgent runs with the test-only ClockSkewEnv setting: the last HTTP-only
+// actor agent (its wall clock 3 minutes slow for the whole run).
+func (r *runner) skewAgent() *proc {
+	var last *proc
+	for _, p := range r.agents {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
+			last = p
+		}
+	}
+	return last
+}
+
+// checkClockSkew judges the skewed agent: it signed in on the board (its
+// TOTP codes use the panel-corrected clock, or the board would refuse codes
+// three minutes old), it claimed (CONFIRMED claims it acted on), and the
+// times it reported, corrected by the panel with the offset its pings
+// measured, agree with the board's own record of its bookings within 2 s.
+// A hit is all three.
+func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
+	p := r.skewAgent()
+	if p == nil {
+		return 0, "no HTTP-only actor agent"
+	}
+	signIns := 0
+	for after := int64(0); ; {
+		evs := r.board().Events(after, 1000)
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			if e.Type == board.EvLogin && e.Account == p.agent.Name {
+				signIns++
+			}
+			after = e.Seq
+		}
+	}
+	booked := map[string]time.Time{}
+	client := r.tenants[p.agent.Tenant].Client
+	for _, b := range r.board().Bookings(client) {
+		if b.Account == p.agent.Name && b.Source == "http" {
+			booked[b.LoadID] = b.BookedAt
+		}
+	}
+	start := time.Now()
+	for {
+		rows, err := r.super.Query(ctx, `SELECT target_job_key, act_sent_at FROM claims
+			WHERE holder_agent = $1 AND state = 'CONFIRMED' AND act_sent_at IS NOT NULL`, p.agentID)
+		checked, worst := 0, time.Duration(0)
+		if err == nil {
+			for rows.Next() {
+				var key string
+				var sent time.Time
+				if rows.Scan(&key, &sent) != nil {
+					continue
+				}
+				at, ok := booked[key]
+				if !ok {
+					continue
+				}
+				checked++
+				d := at.Sub(sent)
+				if d < 0 {
+					d = -d
+				}
+				worst = max(worst, d)
+			}
+			rows.Close()
+		}
+		if checked > 0 {
+			detail := fmt.Sprintf("%s (clock %s off) signed in %d time(s); %d confirmed booking(s): reported act_sent_at within %s of the board's booking time (bound %s)",
+				p.name, clockSkew, signIns, checked, worst.Round(time.Millisecond), skewTolerance)
+			if signIns == 0 || worst > skewTolerance {
+				return 0, detail
+			}
+			return 1, detail
+		}
+		if time.Since(start) > time.Minute || !r.sleep(ctx, time.Second) {
+			return 0, fmt.Sprintf("%s (clock %s off) signed in %d time(s) but has no confirmed booking to check", p.name, clockSkew, signIns)
+		}
+		for _, b := range r.board().Bookings(client) {
+			if b.Account == p.agent.Name && b.Source == "http" {
+				booked[b.LoadID] = b.BookedAt
+			}
+		}
+	}
 }

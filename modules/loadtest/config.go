@@ -43,6 +43,9 @@ type Config struct {
 	Binary string
 	// Progress is how often a progress line is printed.
 	Progress time.Duration
+	// BoardIdempotency is "on" (the board honours Idempotency-Key on
+	// bookings) or "off" (it does not, as many real platforms do not).
+	BoardIdempotency string
 }
 
 // Register declares the command's flags.
@@ -57,6 +60,8 @@ func (c *Config) Register(s *config.Set) {
 	s.Int(&c.Browsers, "browsers", "FLEET_LOADTEST_BROWSERS", 6, "most Chromium instances at once (3 watchers + browser actors; at least 3)")
 	s.Duration(&c.Settle, "settle", "FLEET_LOADTEST_SETTLE", 4*time.Minute, "longest wait for the reconciler to settle every claim after publishing stops")
 	s.Duration(&c.Progress, "progress", "FLEET_LOADTEST_PROGRESS", 10*time.Second, "how often a progress line is printed")
+	s.Enum(&c.BoardIdempotency, "board-idempotency", "FLEET_LOADTEST_BOARD_IDEMPOTENCY", "on", []string{"on", "off"},
+		"whether the run's board honours Idempotency-Key on bookings (off: a platform that books a replayed request again)")
 }
 
 // Validate reports the first bad setting.
@@ -76,6 +81,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("loadtest: --settle must be at least 10s, got %s", c.Settle)
 	case c.Chaos != "on" && c.Chaos != "off":
 		return errors.New("loadtest: --chaos must be on or off")
+	case c.BoardIdempotency == "":
+		c.BoardIdempotency = "on"
+	case c.BoardIdempotency != "on" && c.BoardIdempotency != "off":
+		return fmt.Errorf("loadtest: --board-idempotency must be on or off, got %q", c.BoardIdempotency)
 	}
 	if c.Progress <= 0 {
 		c.Progress = 10 * time.Second

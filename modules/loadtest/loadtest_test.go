@@ -40,6 +40,12 @@ type report struct {
 	LeftBehind             int            `json:"processes_left_behind"`
 	Workers                int            `json:"workers"`
 	Failed                 bool           `json:"failed"`
+	GivenUpAfterUnknown    *int           `json:"given_up_after_unknown"`
+	LateEvidenceApplied    *int           `json:"late_evidence_applied"`
+	Conflicts              *int           `json:"conflicts"`
+	LateCommitsAfterGrace  int            `json:"late_commits_after_grace"`
+	LateCommitsUnconfirmed *int           `json:"late_commits_unconfirmed"`
+	EmbeddedRestarts       map[string]int `json:"embedded_restarts"`
 	Stages                 map[string]struct {
 		Count int     `json:"count"`
 		P50   float64 `json:"p50_ms"`
@@ -54,7 +60,7 @@ type report struct {
 
 // TestReducedRunHoldsUnderChaos is the reduced load test of `make test`:
 // the real binary runs `loadtest` with 8 workers (4 in Chromium) for 50 s
-// under every chaos kind, and the report must show no duplicate, lost,
+// (longer: the first chaos cycle always completes) under every chaos kind, and the report must show no duplicate, lost,
 // phantom or unsettled claim, no leaked secret, every kind hit, and no
 // process left behind.
 func TestReducedRunHoldsUnderChaos(t *testing.T) {
@@ -90,6 +96,14 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 	require.Zero(t, rep.PhantomClaims, "every CONFIRMED claim has its booking on the board")
 	require.Zero(t, rep.StuckClaims)
 	require.Zero(t, rep.UnknownUnsettled)
+	require.NotNil(t, rep.Conflicts, "the report has conflicts")
+	require.Zero(t, *rep.Conflicts, "no job booked twice for one client")
+	require.NotNil(t, rep.GivenUpAfterUnknown)
+	require.NotNil(t, rep.LateEvidenceApplied)
+	require.NotNil(t, rep.LateCommitsUnconfirmed)
+	require.Zero(t, *rep.LateCommitsUnconfirmed, "every booking committed after grace ended CONFIRMED within 2 minutes")
+	require.Positive(t, rep.LateCommitsAfterGrace, "a booking was committed after grace")
+	require.GreaterOrEqual(t, rep.EmbeddedRestarts["postgres"], 1, "postgres_restart was healed by the run's supervisor")
 	require.Zero(t, rep.SecretsLeaked)
 	require.Greater(t, rep.SecretsKnown, 18, "tokens, passwords and TOTP secrets of six agents were looked for")
 	require.Greater(t, rep.FilesScanned, 100, "the scan read the cluster's and the agents' files")
@@ -121,4 +135,14 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 		require.False(t, bytes.Contains(cmdline, []byte(run+"/")) || bytes.Contains(environ, []byte(run+"/")),
 			"process %s of the run is still alive: %s", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
 	}
+}
+
+func TestBoardIdempotencyFlagIsOnOrOff(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t), "loadtest", "--board-idempotency=maybe")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 2, exit.ExitCode(), string(out))
+	require.Contains(t, string(out), "board-idempotency")
+	require.Contains(t, string(out), "on")
 }

@@ -25,6 +25,8 @@ type proc struct {
 	agent   *agentPlan // nil for a panel
 	agentID string
 	replica int
+	// relay carries an agent's connection to its replica (agent_panel_partition).
+	relay *relay
 }
 
 // sink writes a child's output to its log file and counts the lines that

@@ -60,29 +60,47 @@ type Report struct {
 	BookingRequests        int64 `json:"booking_requests"`
 	DuplicateConfirmations int64 `json:"duplicate_confirmations"`
 
-	Claims           int            `json:"claims"`
-	Confirmed        int            `json:"confirmed"`
-	Taken            int            `json:"taken"`
-	NotSent          int            `json:"not_sent"`
-	Released         int            `json:"released"`
-	UnknownRaised    int            `json:"unknown_raised"`
-	UnknownSettled   Unknowns       `json:"unknown_settled"`
-	UnknownUnsettled int            `json:"unknown_unsettled"`
-	LostClaims       int            `json:"lost_claims"`
-	PhantomClaims    int            `json:"phantom_claims"`
-	StuckClaims      int            `json:"stuck_claims"`
-	States           map[string]int `json:"states"`
-	Lost             []string       `json:"lost,omitempty"`
-	Phantom          []string       `json:"phantom,omitempty"`
-	Stuck            []string       `json:"stuck,omitempty"`
+	Claims           int      `json:"claims"`
+	Confirmed        int      `json:"confirmed"`
+	Taken            int      `json:"taken"`
+	NotSent          int      `json:"not_sent"`
+	Released         int      `json:"released"`
+	UnknownRaised    int      `json:"unknown_raised"`
+	UnknownSettled   Unknowns `json:"unknown_settled"`
+	UnknownUnsettled int      `json:"unknown_unsettled"`
+	LostClaims       int      `json:"lost_claims"`
+	// GivenUpAfterUnknown counts jobs released after an UNKNOWN that were
+	// given up (never leased again: booking them again is not safe).
+	GivenUpAfterUnknown int `json:"given_up_after_unknown"`
+	// LateEvidenceApplied counts attempts whose booking was applied after
+	// their claim had moved on (RELEASED or LEASED → CONFIRMED, a marked ACTING).
+	LateEvidenceApplied int `json:"late_evidence_applied"`
+	// Conflicts counts jobs booked two or more times for one client with
+	// different booking ids (board evidence); 0 is required.
+	Conflicts int `json:"conflicts"`
+	// LateCommitsAfterGrace are board_commit_after_grace's bookings, and
+	// LateCommitsUnconfirmed those not CONFIRMED within 2 minutes of the
+	// commit (0 is required).
+	LateCommitsAfterGrace  int            `json:"late_commits_after_grace"`
+	LateCommitsUnconfirmed int            `json:"late_commits_unconfirmed"`
+	Unconfirmed            []string       `json:"late_commits_unconfirmed_keys,omitempty"`
+	PhantomClaims          int            `json:"phantom_claims"`
+	StuckClaims            int            `json:"stuck_claims"`
+	States                 map[string]int `json:"states"`
+	Lost                   []string       `json:"lost,omitempty"`
+	Phantom                []string       `json:"phantom,omitempty"`
+	Stuck                  []string       `json:"stuck,omitempty"`
 
-	ChaosHits     map[string]int `json:"chaos_hits"`
-	SecretsLeaked int            `json:"secrets_leaked"`
-	Leaks         []Leak         `json:"leaks,omitempty"`
-	SecretsKnown  int            `json:"secrets_known"`
-	FilesScanned  int            `json:"files_scanned"`
-	BytesScanned  int64          `json:"bytes_scanned"`
-	LeftBehind    int            `json:"processes_left_behind"`
+	ChaosHits map[string]int `json:"chaos_hits"`
+	// EmbeddedRestarts counts the run's own services started again by their
+	// supervisor (postgres, redis:a, redis:b) after they died.
+	EmbeddedRestarts map[string]int `json:"embedded_restarts"`
+	SecretsLeaked    int            `json:"secrets_leaked"`
+	Leaks            []Leak         `json:"leaks,omitempty"`
+	SecretsKnown     int            `json:"secrets_known"`
+	FilesScanned     int            `json:"files_scanned"`
+	BytesScanned     int64          `json:"bytes_scanned"`
+	LeftBehind       int            `json:"processes_left_behind"`
 	// MaxBrowsers is the most Chromium instances seen at once (sampled each second).
 	MaxBrowsers int `json:"max_chromium"`
 
@@ -114,9 +132,13 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 	}
 	rep.Notes = append(rep.Notes, r.notes...)
 	rep.MaxBrowsers = r.maxBrowsers
+	rep.EmbeddedRestarts = map[string]int{}
+	for k, v := range r.restarts {
+		rep.EmbeddedRestarts[k] = v
+	}
 	r.mu.Unlock()
 
-	st := r.brd.Stats()
+	st := r.board().Stats()
 	rep.LoadsPublished, rep.BoardBookings, rep.BookingRequests, rep.DuplicateConfirmations =
 		st.LoadsPublished, st.ConfirmedBookings, st.BookingRequests, st.DuplicateConfirmations
 
@@ -173,7 +195,7 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 			return nil, fmt.Errorf("loadtest: read claims: %w", err)
 		}
 		booked := map[string]bool{}
-		for _, b := range r.brd.Bookings(t.Client) {
+		for _, b := range r.board().Bookings(t.Client) {
 			booked[b.LoadID] = true
 		}
 		for k := range booked {
@@ -216,6 +238,18 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("loadtest: read transitions: %w", err)
 	}
 	rep.UnknownRaised, rep.UnknownUnsettled = rep.UnknownSettled.Raised, rep.UnknownSettled.Unsettled
+	err = r.super.QueryRow(ctx, `SELECT
+		  (SELECT count(*) FROM claim_transitions WHERE to_state = 'RELEASED' AND outcome = 'GIVEN_UP'),
+		  (SELECT count(*) FROM claim_attempts WHERE late_evidence),
+		  (SELECT count(*) FROM (SELECT DISTINCT tenant_id, target_job_key FROM claim_attempts WHERE conflict) c)`).Scan(
+		&rep.GivenUpAfterUnknown, &rep.LateEvidenceApplied, &rep.Conflicts)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: read attempts: %w", err)
+	}
+	r.mu.Lock()
+	rep.LateCommitsAfterGrace, rep.Unconfirmed = r.afterGrace, append([]string(nil), r.afterGraceLate...)
+	r.mu.Unlock()
+	rep.LateCommitsUnconfirmed = len(rep.Unconfirmed)
 
 	for name, v := range spans {
 		rep.Stages[name] = percentiles(v)
@@ -280,6 +314,12 @@ func (rep *Report) finish(chaosOn bool) {
 	if rep.LostClaims > 0 {
 		f = append(f, fmt.Sprintf("%d lost claim(s)", rep.LostClaims))
 	}
+	if rep.Conflicts > 0 {
+		f = append(f, fmt.Sprintf("%d conflict(s): jobs booked twice for one client", rep.Conflicts))
+	}
+	if rep.LateCommitsUnconfirmed > 0 {
+		f = append(f, fmt.Sprintf("%d booking(s) committed after grace not CONFIRMED within 2 minutes", rep.LateCommitsUnconfirmed))
+	}
 	if rep.PhantomClaims > 0 {
 		f = append(f, fmt.Sprintf("%d phantom claim(s)", rep.PhantomClaims))
 	}
@@ -340,6 +380,10 @@ func (rep *Report) WriteText(w io.Writer) {
 		rep.UnknownRaised, rep.UnknownSettled.Confirmed, rep.UnknownSettled.Released, rep.UnknownUnsettled)
 	p("  duplicate confirmations  %d", rep.DuplicateConfirmations)
 	p("  lost claims              %d %s", rep.LostClaims, short(rep.Lost))
+	p("  given up after unknown   %d", rep.GivenUpAfterUnknown)
+	p("  late evidence applied    %d", rep.LateEvidenceApplied)
+	p("  conflicts                %d", rep.Conflicts)
+	p("  commits after grace      %d (%d not CONFIRMED within 2 min %s)", rep.LateCommitsAfterGrace, rep.LateCommitsUnconfirmed, short(rep.Unconfirmed))
 	p("  phantom claims           %d %s", rep.PhantomClaims, short(rep.Phantom))
 	p("  stuck claims             %d %s", rep.StuckClaims, short(rep.Stuck))
 	p("  most Chromium at once    %d", rep.MaxBrowsers)
@@ -353,6 +397,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		for _, k := range ChaosKinds {
 			p("    %-24s %d", k, rep.ChaosHits[k])
 		}
+	}
+	if len(rep.EmbeddedRestarts) > 0 {
+		p("  embedded services restarted by their supervisor: %v", rep.EmbeddedRestarts)
 	}
 	p("")
 	p("  latency (ms, confirmed claims)     count      p50      p95      p99      max")

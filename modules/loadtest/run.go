@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/unit"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/cell"
@@ -53,10 +55,14 @@ type runner struct {
 	redisMu sync.Mutex
 	super   *pgxpool.Pool
 	app     *pgxpool.Pool
-	brd     *board.Server
-	eng     *claim.Engine
-	fleet   *fleet.Store
-	key     string
+	brd     *board.Server // guarded by brdMu: board_restart replaces it
+	brdMu   sync.RWMutex
+	bcfg    board.Config
+	// boardLog is the board's own log (logs/board.log).
+	boardLog *slog.Logger
+	eng      *claim.Engine
+	fleet    *fleet.Store
+	key      string
 
 	tenants   []*tenantPlan
 	tenantIDs []string
@@ -72,8 +78,19 @@ type runner struct {
 	hits map[string]int
 	// restarts counts the supervised services' restarts (postgres, redis:a, redis:b).
 	restarts map[string]int
-	notes    []string
-	stopped  map[*proc]bool
+	// gateStop ends the agent_stop_after_gate watcher.
+	gateStop context.CancelFunc
+	gateWG   sync.WaitGroup
+	// afterGrace counts board_commit_after_grace's bookings, and
+	// afterGraceLate names those not CONFIRMED within 2 minutes.
+	afterGrace     int
+	afterGraceLate []string
+	// partitioned is the agent whose relay is blocked, if any.
+	partitioned *proc
+	// pgStopped are the cluster's processes a postgres_stall stopped.
+	pgStopped []int
+	notes     []string
+	stopped   map[*proc]bool
 	// maxBrowsers is the most Chromium instances seen at once.
 	maxBrowsers int
 	started     time.Time
@@ -218,15 +235,22 @@ func (r *runner) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loadtest: %w", err)
 	}
+	// On a file store, so board_restart can stop it and start it again on
+	// the same data (and address).
 	bcfg := board.Defaults()
-	bcfg.Listen, bcfg.Rate, bcfg.Seed, bcfg.Data = "127.0.0.1:0", 0, r.cfg.Seed, "memory"
-	bcfg.AdminToken, bcfg.IdempotencyKeys = randomHex(24), true
+	bcfg.Listen, bcfg.Rate, bcfg.Seed = "127.0.0.1:0", 0, r.cfg.Seed
+	bcfg.DataDir = filepath.Join(r.dir, "board")
+	bcfg.Data = filepath.Join(bcfg.DataDir, "board.sqlite")
+	bcfg.AdminToken, bcfg.IdempotencyKeys = randomHex(24), r.cfg.BoardIdempotency == "on"
 	ops := audit.Entry{Actor: "loadtest"}
 	r.addSecret(bcfg.AdminToken, "board_admin_token", "")
 	r.addSecret(r.key, "secret_key", "")
-	if r.brd, err = board.Start(ctx, bcfg, logging.New(boardLog, logging.Options{Level: slog.LevelInfo})); err != nil {
+	r.boardLog = logging.New(boardLog, logging.Options{Level: slog.LevelInfo})
+	if r.brd, err = board.Start(ctx, bcfg, r.boardLog); err != nil {
 		return err
 	}
+	bcfg.Listen = strings.TrimPrefix(r.brd.URL(), "http://")
+	r.bcfg = bcfg
 
 	for _, t := range r.tenants {
 		var id string
@@ -235,6 +259,11 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		r.tenantIDs = append(r.tenantIDs, id)
 		if _, err := r.eng.PutFilter(ctx, ops, id, claim.Filter{Name: "everything", Enabled: true}); err != nil {
+			return err
+		}
+		// The tenant's setting states what the board does, or its agents
+		// refuse to claim (docs/CLAIMS.md, "One booking identity per job").
+		if err := r.eng.SetHonoursIdempotency(ctx, ops, id, claim.DefaultPlatform, bcfg.IdempotencyKeys); err != nil {
 			return err
 		}
 	}
@@ -251,13 +280,13 @@ func (r *runner) setup(ctx context.Context) error {
 	for ti, t := range r.tenants {
 		for _, a := range t.Agents {
 			pw := "pw-" + randomHex(12)
-			acct, err := r.brd.CreateAccount(ctx, board.AccountSpec{Username: a.Name, Password: pw, Client: t.Client})
+			acct, err := r.board().CreateAccount(ctx, board.AccountSpec{Username: a.Name, Password: pw, Client: t.Client})
 			if err != nil {
 				return err
 			}
 			r.addSecret(pw, "board_password", a.Name)
 			r.addSecret(acct.TOTPSecret, "totp_secret", a.Name)
-			accID, err := r.fleet.CreateAccount(ctx, r.tenantIDs[ti], fleet.AccountInput{Key: a.Name, BoardURL: r.brd.URL(),
+			accID, err := r.fleet.CreateAccount(ctx, r.tenantIDs[ti], fleet.AccountInput{Key: a.Name, BoardURL: r.board().URL(),
 				Username: a.Name, Password: pw, TOTPSecret: acct.TOTPSecret, Workers: a.Workers}, ops)
 			if err != nil {
 				return err
@@ -294,6 +323,11 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 	}
 	for _, p := range r.agents {
+		// Every agent reaches its replica through its own relay, so one
+		// agent's path can be cut alone.
+		if p.relay, err = newRelay("127.0.0.1:" + strconv.Itoa(r.ports[p.replica])); err != nil {
+			return fmt.Errorf("loadtest: relay: %w", err)
+		}
 		if err := r.startAgent(p); err != nil {
 			return err
 		}
@@ -324,7 +358,7 @@ func (r *runner) setup(ctx context.Context) error {
 	}
 	var after int64
 	for len(want) > 0 {
-		for _, e := range r.brd.Events(after, 1000) {
+		for _, e := range r.board().Events(after, 1000) {
 			after = e.Seq
 			if e.Type == board.EvLogin {
 				delete(want, e.Account)
@@ -374,6 +408,13 @@ func (r *runner) supervision(service string) embedded.Supervision {
 	}
 }
 
+// board is the running board (board_restart replaces it).
+func (r *runner) board() *board.Server {
+	r.brdMu.RLock()
+	defer r.brdMu.RUnlock()
+	return r.brd
+}
+
 func (r *runner) addSecret(v, kind, owner string) {
 	if v == "" {
 		return
@@ -409,13 +450,20 @@ func (r *runner) startAgent(p *proc) error {
 	}
 	state := filepath.Join(r.dir, "agents", p.agent.Name)
 	p.out = s
+	env := childEnv("TMPDIR=" + r.scratch())
+	if r.cfg.Chaos == "on" && p == r.gateAgent() {
+		env = append(env, fmt.Sprintf("%s=%d", agent.StopAfterGateEnv, stopAfterGateBooking))
+	}
+	if r.cfg.Chaos == "on" && p == r.skewAgent() {
+		env = append(env, agent.ClockSkewEnv+"="+clockSkew.String())
+	}
 	p.u = unit.Start(unit.Spec{
 		Name: p.name, Path: r.bin,
-		Args: []string{"--role=agent", "--panel=" + r.panelURL(p.replica), "--token-file=" + filepath.Join(state, "token"),
+		Args: []string{"--role=agent", "--panel=" + p.relay.URL(), "--token-file=" + filepath.Join(state, "token"),
 			"--state-dir=" + state, "--browser-slots=" + strconv.Itoa(max(1, p.agent.Browsers))},
 		// Chromium's user-data dirs go under the run's tmp, so anything an
 		// agent killed with SIGKILL leaves behind is found and reaped.
-		Env:    childEnv("TMPDIR=" + r.scratch()),
+		Env:    env,
 		Output: s, RestartSec: time.Second, StartLimitInterval: time.Minute, StartLimitBurst: 1000,
 		RestartPreventExitStatus: []int{2, 78}, StopTimeout: 20 * time.Second,
 	}, r.log, nil)
@@ -450,7 +498,7 @@ func (r *runner) measure(ctx context.Context) error {
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
 	r.started = time.Now()
-	if err := r.brd.SetRate(r.cfg.Rate); err != nil {
+	if err := r.board().SetRate(r.cfg.Rate); err != nil {
 		return err
 	}
 	cycleDone := make(chan struct{})
@@ -463,6 +511,14 @@ func (r *runner) measure(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); r.progress(mctx) }()
+	if r.cfg.Chaos == "on" {
+		// Not bound to the measurement: the agent may stop itself until the
+		// run ends, and must always be continued.
+		gctx, gstop := context.WithCancel(context.WithoutCancel(ctx))
+		r.gateStop = gstop
+		r.gateWG.Add(1)
+		go func() { defer r.gateWG.Done(); r.watchGateStops(gctx) }()
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -488,7 +544,7 @@ func (r *runner) measure(ctx context.Context) error {
 	case <-time.After(3 * time.Minute):
 		r.note("the first chaos cycle did not complete within 3 minutes after the duration")
 	}
-	_ = r.brd.SetRate(0)
+	_ = r.board().SetRate(0)
 	r.measured = time.Since(r.started)
 	stop()
 	wg.Wait()
@@ -508,15 +564,16 @@ func (r *runner) note(format string, args ...any) {
 // restoreAll turns every board switch off, continues stopped agents and
 // makes sure both cells' Redis and both replicas run.
 func (r *runner) restoreAll(ctx context.Context) {
-	c := r.brd.Chaos()
+	c := r.board().Chaos()
 	c.ErrorRate, c.DropResponseRate, c.LateCommitRate, c.Hold, c.SessionStormEvery, c.CaptchaRate = 0, 0, 0, 0, 0, 0
-	_ = r.brd.SetChaos(c)
+	_ = r.board().SetChaos(c)
 	r.mu.Lock()
 	for p := range r.stopped {
 		_ = p.u.Signal(syscall.SIGCONT)
 		delete(r.stopped, p)
 	}
 	r.mu.Unlock()
+	r.continuePostgres()
 	r.redisMu.Lock()
 	if r.redis[1] == nil {
 		rd, err := r.startRedis(ctx, 1)
@@ -538,7 +595,7 @@ func (r *runner) progress(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		st := r.brd.Stats()
+		st := r.board().Stats()
 		states, err := r.claimStates(ctx)
 		if err != nil {
 			continue // the run is ending
@@ -639,11 +696,16 @@ func (r *runner) conclude(ctx context.Context) (*Report, error) {
 func (r *runner) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
+	if r.gateStop != nil {
+		r.gateStop()
+		r.gateWG.Wait()
+	}
 	r.mu.Lock()
 	for p := range r.stopped {
 		_ = p.u.Signal(syscall.SIGCONT)
 	}
 	r.mu.Unlock()
+	r.continuePostgres()
 	var wg sync.WaitGroup
 	for _, p := range r.agents {
 		if p.u != nil {
@@ -652,6 +714,11 @@ func (r *runner) teardown() {
 		}
 	}
 	wg.Wait()
+	for _, p := range r.agents {
+		if p.relay != nil {
+			p.relay.close()
+		}
+	}
 	for _, p := range r.panels {
 		if p != nil {
 			wg.Add(1)
@@ -665,7 +732,7 @@ func (r *runner) teardown() {
 		}
 	}
 	if r.brd != nil {
-		_ = r.brd.Close()
+		_ = r.board().Close()
 	}
 	if r.super != nil {
 		r.super.Close()

@@ -57,7 +57,9 @@ func (s *scanner) find(b []byte) map[int]bool {
 // Redis (their logs and data), the panels' data dirs and the agents' state
 // dirs — for the run's known secrets. An agent's own token file and its
 // own state database hold its own credentials on purpose (they are its
-// host's); anything else anywhere is a leak.
+// host's), and the board's store holds each account's TOTP secret as any
+// platform must to check codes (the board is the platform, not Fleetwright);
+// anything else anywhere is a leak.
 func (r *runner) scanSecrets(rep *Report) {
 	sc := newScanner(r.secrets)
 	rep.SecretsKnown = len(sc.sec)
@@ -80,9 +82,13 @@ func (r *runner) scanSecrets(rep *Report) {
 			}
 		}
 		rel, _ := filepath.Rel(r.dir, path)
+		boardStore := strings.HasPrefix(rel, "board"+string(filepath.Separator)+"board.sqlite")
 		for j := range sc.find(b) {
 			x := sc.sec[j]
 			if owner != "" && x.owner == owner {
+				continue
+			}
+			if boardStore && x.kind == "totp_secret" {
 				continue
 			}
 			rep.Leaks = append(rep.Leaks, Leak{Kind: x.kind, Where: rel})

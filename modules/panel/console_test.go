@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/app/testenv"
@@ -28,7 +29,9 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/panel"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
@@ -44,6 +47,7 @@ type console struct {
 	claims *claim.Engine
 	sched  *schedule.Scheduler
 	clk    *clock.Fake
+	vault  *vault.Vault
 }
 
 type syncBuffer = testenv.SyncBuffer
@@ -70,12 +74,21 @@ func newConsoleWith(t *testing.T, trusted []netip.Prefix) *console {
 	// The scheduler on its own fake clock: tests advance it to make runs due.
 	clk := clock.NewFake(time.Now())
 	sched := schedule.New(d.App, schedule.Config{Clock: clk, Log: log, Owner: "test"})
+	// Webhooks may reach loopback receivers on any unprivileged port here
+	// (an admin's allowlist; test servers take ephemeral ports).
+	var ports []int
+	for p := 1024; p <= 65535; p++ {
+		ports = append(ports, p)
+	}
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: ports}})
+	require.NoError(t, err)
+	notifier := notify.New(d.App, v, notify.Config{Log: log, HTTP: g.Client(egress.ClientOptions{MaxRedirects: -1})})
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted})
+		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Vault: v, Notifier: notifier, Crawl: crawl.NewService(d.App, nil, nil)})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
-	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk}
+	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk, vault: v}
 }
 
 func (c *console) user(t *testing.T, email string, role auth.Role, password string) account.User {

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/fleetwright/fleetwright/app/vault"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +19,10 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/crawl"
+	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
@@ -43,9 +48,15 @@ type HTTPDeps struct {
 	// TrustedProxies are the peers whose X-Real-IP, X-Forwarded-For and
 	// X-Forwarded-Proto are believed (--trusted-proxies); none by default.
 	TrustedProxies []netip.Prefix
+	// Vault seals operators' TOTP seeds (the panel's secret key).
+	Vault *vault.Vault
 	// Schedules is the scheduler behind the schedules page and the
 	// overview's audit figure (nil: left out).
 	Schedules *schedule.Scheduler
+	// Notifier is behind the notification channels page (nil: no page).
+	Notifier *notify.Notifier
+	// Crawl is the crawler behind the crawl pages (nil: no crawl pages).
+	Crawl *crawl.Service
 }
 
 // HTTP is the panel's router (for route walks) and the handler served.
@@ -81,12 +92,18 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))
 	}
 	shell := auth.NewShell()
-	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log})
+	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log, Vault: d.Vault})
 	r.Group(func(r chi.Router) {
 		r.Use(acct.Middleware)
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		if d.Schedules != nil {
+			schedule.Mount(r, schedule.Deps{Scheduler: d.Schedules, DB: d.DB, Shell: shell, Log: d.Log})
+		}
+		if d.Notifier != nil {
+			notify.Mount(r, notify.Deps{Notifier: d.Notifier, Shell: shell, Log: d.Log})
+		}
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
@@ -95,6 +112,9 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		}
 		if d.Claims != nil {
 			claim.Mount(r, claim.WebDeps{Engine: d.Claims, Shell: shell, Log: d.Log})
+		}
+		if d.Crawl != nil {
+			crawlweb.Mount(r, crawlweb.Deps{Service: d.Crawl, Shell: shell, Log: d.Log})
 		}
 	})
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) { auth.NotFound(w, req) })

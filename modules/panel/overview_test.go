@@ -2,7 +2,10 @@ package panel_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -13,9 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	fwconsole "github.com/fleetwright/fleetwright/modules/console"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -199,3 +204,90 @@ func TestOverviewIsTheOneWindow(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestNotificationChannelsPage: an admin adds a webhook (its secret shown
+// once, audited) and sends a test alarm that reaches it, signed; the
+// secret is never shown again.
+func TestNotificationChannelsPage(t *testing.T) {
+	c := newConsole(t)
+	const pw = "correct horse battery"
+	c.user(t, "admin@fleet.test", auth.Admin, pw)
+	admin := browserless()
+	c.enrolled(t, admin, "admin@fleet.test", pw)
+	var got []string
+	var sigs []string
+	var bodies [][]byte
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var m notify.Message
+		_ = json.Unmarshal(b, &m)
+		got, sigs, bodies = append(got, m.Event+" "+m.Alarm.Kind), append(sigs, r.Header.Get("X-Fleetwright-Signature")), append(bodies, b)
+	}))
+	defer rcv.Close()
+	res, body := do(t, admin, "POST", c.srv.URL+"/admin/notify", url.Values{"name": {"Bad Name"}, "kind": {"webhook"}, "target": {rcv.URL}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, body, `data-testid="channel-error"`)
+	res, body = do(t, admin, "POST", c.srv.URL+"/admin/notify", url.Values{"name": {"ops-hook"}, "kind": {"webhook"},
+		"target": {rcv.URL + "/hook"}, "min_severity": {"warning"}})
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	secret := regexp.MustCompile(`whsec_[0-9a-f]{64}`).FindString(body)
+	require.NotEmpty(t, secret)
+	require.Len(t, c.audited(t, audit.System, "notify.channel.create"), 1)
+	res, body = do(t, admin, "GET", c.srv.URL+"/admin/notify", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="channel-ops-hook"`)
+	require.NotContains(t, body, secret, "the secret is shown once")
+	res, _ = do(t, admin, "POST", c.srv.URL+"/admin/notify/test", url.Values{})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, []string{"raised notify.test", "resolved notify.test"}, got)
+	require.NoError(t, notify.Verify(secret, sigs[0], bodies[0], time.Now(), time.Minute))
+	require.NotContains(t, c.logs.String(), secret)
+}
+
+// TestSchedulesPageShowsNextRunsBeforeEnabling: a schedule is created
+// disabled with its next five runs shown, enabled by its tenant's
+// operator, each change audited; the preview answers as the form is typed.
+func TestSchedulesPageShowsNextRunsBeforeEnabling(t *testing.T) {
+	c := newConsole(t)
+	acme := c.tenant(t, "acme")
+	const pw = "correct horse battery"
+	op := c.user(t, "op@fleet.test", auth.Operator, pw)
+	c.grant(t, op, acme)
+	cl := browserless()
+	c.enrolled(t, cl, "op@fleet.test", pw)
+	require.NoError(t, c.sched.Register(schedule.Kind{Name: "crawl.run", Handle: func(context.Context, schedule.Run) error { return nil }}))
+
+	res, body := do(t, cl, "GET", c.srv.URL+"/schedules/preview?cron="+url.QueryEscape("0 6 * * mon-fri")+"&time_zone=Europe/Berlin", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, 5, strings.Count(body, "<li>"))
+	require.Contains(t, body, "06:00 CE")
+	_, body = do(t, cl, "GET", c.srv.URL+"/schedules/preview?cron=61+*+*+*+*&time_zone=UTC", nil)
+	require.Contains(t, body, `data-testid="preview-error"`)
+
+	res, body = do(t, cl, "POST", c.srv.URL+"/t/acme/schedules", url.Values{"name": {"prices"}, "kind": {"crawl.run"},
+		"cron": {"0 6 * * mon-fri"}, "time_zone": {"Mars/Base"}, "catch_up": {"one"}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, body, "unknown time zone")
+	res, _ = do(t, cl, "POST", c.srv.URL+"/t/acme/schedules", url.Values{"name": {"prices"}, "kind": {"crawl.run"},
+		"cron": {"0 6 * * mon-fri"}, "time_zone": {"Europe/Berlin"}, "catch_up": {"all"}, "cap": {"3"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	_, body = do(t, cl, "GET", c.srv.URL+"/schedules", nil)
+	i := strings.Index(body, `data-testid="schedule-acme-prices"`)
+	require.GreaterOrEqual(t, i, 0)
+	row := body[i:]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, `data-testid="state">disabled<`)
+	require.Equal(t, 5, strings.Count(row, "<li>"), "the next five runs show before enabling")
+	require.Contains(t, row, "(cap 3)")
+	res, _ = do(t, cl, "POST", c.srv.URL+"/t/acme/schedules/prices/enable", url.Values{})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	sc, err := c.sched.Get(context.Background(), acme.ID, "prices")
+	require.NoError(t, err)
+	require.True(t, sc.Enabled)
+	require.NotNil(t, sc.NextRunAt)
+	require.Len(t, c.audited(t, acme.ID, "schedule.create"), 1)
+	require.Len(t, c.audited(t, acme.ID, "schedule.enable"), 1)
+	// Not the operator's to change: the system's schedules.
+	res, _ = do(t, cl, "POST", c.srv.URL+"/admin/schedules/audit-verify/disable", url.Values{})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+}

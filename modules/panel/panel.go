@@ -11,6 +11,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/server"
@@ -36,7 +40,10 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/health"
+	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
@@ -61,6 +68,15 @@ type Config struct {
 	AuditSealInterval time.Duration
 	// AuditVerifyCron is when the panel verifies the audit log itself (UTC).
 	AuditVerifyCron string
+	// HealthInterval is how often the health sweep runs; HungAfter holds
+	// the per-kind hang thresholds ("watcher=2m,actor=5m,*=10m").
+	HealthInterval time.Duration
+	HungAfter      string
+	// Notification channels: the mail server, what webhooks may reach
+	// although special-purpose, and the console's public URL for links.
+	SMTPAddr, SMTPFrom, SMTPUsername string
+	NotifyAllow, NotifyPorts         []string
+	ConsoleURL                       string
 	// SecretKeyFile holds the key that seals platform credentials at rest;
 	// empty means DataDir/secret.key (created on first start). The
 	// FLEET_SECRET_KEY variable, when set, wins over any file.
@@ -100,6 +116,19 @@ func (c *Config) Register(s *config.Set) {
 		"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are believed (e.g. 127.0.0.1,::1 behind Caddy on this host); empty: none", panel)
 	s.String(&c.AuditVerifyCron, "audit-verify-cron", "FLEET_AUDIT_VERIFY_CRON", "*/10 * * * *",
 		"when the panel verifies the audit log itself (cron, UTC); the result is the overview's \"audit clean\" figure", panel)
+	s.Duration(&c.HealthInterval, "health-interval", "FLEET_HEALTH_INTERVAL", 15*time.Second,
+		"how often the leader looks for hung and crash-looping workers, stuck queues and failing cells", panel)
+	s.String(&c.HungAfter, "hung-after", "FLEET_HUNG_AFTER", "",
+		"hang thresholds per worker kind over the defaults (watcher=2m, actor=5m, http_actor=5m, crawler=10m, assistant=15m, *=10m), like watcher=3m,*=15m", panel)
+	s.String(&c.SMTPAddr, "smtp-addr", "FLEET_SMTP_ADDR", "",
+		"mail server (host:port) for e-mail notification channels; its password only in FLEET_SMTP_PASSWORD", panel)
+	s.String(&c.SMTPFrom, "smtp-from", "FLEET_SMTP_FROM", "fleetwright@localhost", "sender address of alarm e-mails", panel)
+	s.String(&c.SMTPUsername, "smtp-username", "FLEET_SMTP_USERNAME", "", "user for the mail server (PLAIN auth; empty: none)", panel)
+	s.List(&c.NotifyAllow, "notify-allow", "FLEET_NOTIFY_ALLOW",
+		"admit this CIDR range or address for webhook channels although it is special-purpose (an internal alert receiver); repeatable or comma-separated", panel)
+	s.List(&c.NotifyPorts, "notify-ports", "FLEET_NOTIFY_PORTS", "ports webhook channels may reach (default 80,443)", panel)
+	s.String(&c.ConsoleURL, "console-url", "FLEET_CONSOLE_URL", "",
+		"the console's public URL (https://panel.example.com), used to make links in notifications absolute", panel)
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
@@ -129,6 +158,15 @@ func (c *Config) Validate() error {
 	}
 	if _, err := schedule.ParseCron(c.AuditVerifyCron, "UTC"); err != nil {
 		return fmt.Errorf("panel: --audit-verify-cron: %w", err)
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = 15 * time.Second
+	}
+	if c.HealthInterval < time.Second {
+		return fmt.Errorf("panel: --health-interval must be at least 1s, got %s", c.HealthInterval)
+	}
+	if _, err := health.ParseHungAfter(c.HungAfter); err != nil {
+		return fmt.Errorf("panel: --hung-after: %w", err)
 	}
 	if c.DBMaxConns < 4 {
 		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
@@ -163,7 +201,10 @@ type Panel struct {
 	// Schedules runs recurring work; modules register their kinds on it
 	// (Schedules.Register) before or after Start.
 	Schedules *schedule.Scheduler
-	srv       *server.Server
+	// Crawl is the crawler's jobs and runs; CrawlRunner executes runs.
+	Crawl       *crawl.Service
+	CrawlRunner *crawl.Runner
+	srv         *server.Server
 	// embedded counts the supervised embedded services' restarts.
 	embedded *embedded.Metrics
 	// supervised names the embedded services this panel supervises.
@@ -273,19 +314,43 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
 		return err
 	}
-	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")))
+	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
 	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
 		Owner: p.ReplicaID, Registerer: p.Reg})
+	hungAfter, _ := health.ParseHungAfter(cfg.HungAfter)
+	engine := p.Claims
+	sweeper := health.New(p.DB, health.Config{Clock: clock.Real{}, Log: log.With("component", "health"), HungAfter: hungAfter,
+		Cells: func() []cell.Status {
+			if cm := engine.Cells(); cm != nil {
+				return cm.Status()
+			}
+			return nil
+		}})
+	p.Reg.MustRegister(health.Collector(p.DB, log.With("component", "health")))
 	workers := river.NewWorkers()
 	p.Schedules.AddWorkers(workers)
+	sweeper.AddWorkers(workers)
+	notifier, err := newNotifier(cfg, p.DB, log)
+	if err != nil {
+		return err
+	}
+	notifier.AddWorkers(workers)
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
 	p.Claims.AddWorkers(workers)
+	// Crawl runs: the runner's dispatcher (the gateway) and its budget's
+	// Redis (the cells) are attached once they exist.
+	p.CrawlRunner = &crawl.Runner{Clock: clock.Real{}, Log: log.With("component", "crawl")}
+	crawl.AddWorkers(workers, p.CrawlRunner)
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}}
+	maps.Copy(queues, crawl.Queues())
 	maps.Copy(queues, claim.Queues())
 	maps.Copy(queues, schedule.Queues())
 	p.River, err = river.NewClient(riverpgxv5.New(p.DB), &river.Config{
+		// The replica's id names it in River's leader table, so an operator
+		// (and the load test's panel_freeze) can tell which replica leads.
+		ID:      p.ReplicaID,
 		Logger:  logging.AtLeast(log.With("component", "river"), slog.LevelWarn),
 		Queues:  queues,
 		Workers: workers,
@@ -305,7 +370,8 @@ func (p *Panel) start(ctx context.Context) (err error) {
 			river.NewPeriodicJob(river.PeriodicInterval(time.Hour),
 				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
-		}, append(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs()...)...),
+		}, slices.Concat(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs(), sweeper.PeriodicJobs(cfg.HealthInterval),
+			notifier.PeriodicJobs(10*time.Second))...),
 	})
 	if err != nil {
 		return fmt.Errorf("panel: river: %w", err)
@@ -345,7 +411,15 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
+	// Operators' TOTP seeds stored in clear by an older version are sealed
+	// now that the key is at hand.
+	if n, err := account.SealStoredSeeds(ctx, p.DB, v); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	} else if n > 0 {
+		log.Info("sealed operators' TOTP seeds stored in clear", "count", n)
+	}
 	p.Fleet = fleet.NewStore(p.DB, v)
+	notifier.SetVault(v)
 	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
@@ -354,6 +428,14 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
+	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
+	if err := p.Crawl.RegisterSchedule(); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	p.CrawlRunner.Store, p.CrawlRunner.Disp, p.CrawlRunner.Egress = p.Crawl.Store, p.Gateway, p.Crawl.Store.Egress
+	p.CrawlRunner.Budget = crawl.NewBudget(p.Cells.RedisOf, clock.Real{})
+	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl")}).OnFinish
+	p.CrawlRunner.Ready()
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	p.bgStop = bgStop
 	p.bg.Add(1)
@@ -365,7 +447,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims, Schedules: p.Schedules, TrustedProxies: trusted})
+		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: trusted, Vault: v, Notifier: notifier})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
@@ -484,4 +566,29 @@ func (p *Panel) Stop() {
 	p.pg.Stop()
 	p.lock.Release()
 	p.log.Info("panel stopped")
+}
+
+// newNotifier builds the alarm notifier: webhooks go through the egress
+// guard (only public addresses, plus --notify-allow), e-mail through
+// --smtp-addr.
+func newNotifier(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*notify.Notifier, error) {
+	allow, err := egress.ParseAllow(cfg.NotifyAllow)
+	if err != nil {
+		return nil, fmt.Errorf("panel: --notify-allow: %w", err)
+	}
+	var ports []int
+	for _, p := range cfg.NotifyPorts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("panel: --notify-ports: %q is not a port", p)
+		}
+		ports = append(ports, n)
+	}
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: allow, Ports: ports}, Logger: log.With("component", "notify")})
+	if err != nil {
+		return nil, fmt.Errorf("panel: %w", err)
+	}
+	return notify.New(pool, nil, notify.Config{Clock: clock.Real{}, Log: log.With("component", "notify"),
+		HTTP: g.Client(egress.ClientOptions{Timeout: 20 * time.Second, MaxRedirects: -1}), ConsoleURL: cfg.ConsoleURL,
+		SMTP: notify.SMTP{Addr: cfg.SMTPAddr, From: cfg.SMTPFrom, Username: cfg.SMTPUsername, Password: os.Getenv("FLEET_SMTP_PASSWORD")}}), nil
 }

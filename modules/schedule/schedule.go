@@ -893,12 +893,7 @@ func (s *Scheduler) release(ctx context.Context, tenant, id, owner string) {
 	}
 }
 
-func schedulesLink(tenant string) string {
-	if tenant == System {
-		return "/schedules"
-	}
-	return "/schedules?tenant=" + tenant
-}
+func schedulesLink(string) string { return "/schedules" }
 
 func orSystem(t string) string {
 	if t == "" {

@@ -85,7 +85,7 @@ func allSamples(v int) map[Type]Message {
 		TypePing: Ping{CommandID: "cmd_07", SentAt: t1},
 		TypePong: Pong{CommandID: "cmd_07", PingSentAt: t1, ReceivedAt: t1.Add(40 * time.Millisecond),
 			SentAt: t1.Add(41 * time.Millisecond)},
-		TypeState: State{Paused: true, MemoryRSSBytes: ptr(uint64(48 << 20)), Workers: []WorkerState{
+		TypeState: State{Paused: true, MemoryRSSBytes: ptr(uint64(48 << 20)), StartedAt: ptr(t1.Add(-time.Hour)), Workers: []WorkerState{
 			{Name: "watcher-1", Kind: "watcher", State: WorkerRunning, Restarts: 0, OldestTaskAgeMillis: ptr(int64(1250))},
 			{Name: "actor-1", Kind: "actor", State: WorkerNeedsPerson, Restarts: 5,
 				LastOperation:       &Operation{ID: "op_99", JobKey: "load-123456", Outcome: "confirmed", FinishedAt: t1},
@@ -96,10 +96,12 @@ func allSamples(v int) map[Type]Message {
 		TypeCommandResult: CommandResult{CommandID: "cmd_04", OK: false, Error: "no worker named actor-9"},
 		TypeError:         Error{Code: CodeUnknownType, Message: `wire: unknown message type: "lease_grant"`},
 		TypeDetected:      Detected{Worker: "watcher-1", Sightings: []Sighting{{Job: sampleJob(), SeenAt: t1}}},
-		TypeOffer:         Offer{OfferID: "off_01", Job: sampleJob(), SeenAt: t1, QueuedAt: t1.Add(3 * time.Millisecond), Cell: "cell-a"},
-		TypeLeaseRequest:  LeaseRequest{RequestID: "req_01", Worker: "actor-1", Key: "LD-48213", OfferID: "off_01"},
+		TypeOffer: Offer{OfferID: "off_01", Job: sampleJob(), SeenAt: t1, QueuedAt: t1.Add(3 * time.Millisecond), Cell: "cell-a",
+			KeysHonoured: true},
+		TypeLeaseRequest: LeaseRequest{RequestID: "req_01", Worker: "actor-1", Key: "LD-48213", OfferID: "off_01"},
 		TypeLeaseResult: LeaseResult{RequestID: "req_01", Key: "LD-48213", Granted: true, Token: 90817,
-			OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a", RemainingMillis: 4987, HardTimeoutMillis: 10000},
+			OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a", RemainingMillis: 4987, HardTimeoutMillis: 10000,
+			BookingKey: "5d0c61c4-2f55-4b0e-8d7e-0a4f1f8d9e21", KeysHonoured: true},
 		TypeActRequest: ActRequest{RequestID: "req_02", Worker: "actor-1", Key: "LD-48213", Token: 90817},
 		TypeActResult: ActResult{RequestID: "req_02", Key: "LD-48213", OK: false, OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a",
 			Reason: ReasonExpired},
@@ -107,9 +109,15 @@ func allSamples(v int) map[Type]Message {
 			OperationID: "9b2f7f0e-7f7c-4b43-9a8c-1f3e2d4c5b6a", Result: ResultConfirmed,
 			SentAt: ptr(t1.Add(20 * time.Millisecond)), ConfirmedAt: ptr(t1.Add(212 * time.Millisecond)),
 			Detail: "booking #7731", FromJournal: false},
-		TypeOutcomeAck:   OutcomeAck{RequestID: "req_03", OK: true},
+		TypeOutcomeAck:   OutcomeAck{RequestID: "req_03", OK: true, Disposition: AckApplied},
 		TypeLookup:       Lookup{RequestID: "req_04", Keys: []string{"LD-48213"}, Since: t1.Add(-time.Hour)},
 		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}},
+		TypePageTask:     samplePageTask(),
+		TypePageResult:   samplePageResult(),
+		TypeAssistantReport: AssistantReport{Model: "ollama qwen2.5:7b", TokensToday: 7223, CostTodayUSD: 0, Tasks: []AssistantTask{{ID: 3,
+			Goal: "Draft the launch post and publish it", Status: "awaiting approval", Steps: 10, Tokens: 7223, Tabs: []string{"brief", "drafts", "calendar"},
+			Progress:        "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
+			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
 	}
 }
 
@@ -117,6 +125,30 @@ func allSamples(v int) map[Type]Message {
 func sampleSealed() *SealedCredentials {
 	return &SealedCredentials{Ephemeral: "3p7S2xjAuzrqhFcpHUsGc8tM4fZ6Jm0v9kqDTVqbQ1s", Nonce: "q1w2e3r4t5y6u7i8",
 		Box: "mQ2aV7c0xZkq9P3rT8yLw1nB5dF6gH4jK2sE0uA7iOo"}
+}
+
+func samplePageTask() PageTask {
+	return PageTask{TaskID: "task_01", RunID: "run_01", Kind: PageListing, URL: "https://shop.example.test/catalog?page=2",
+		Render: "http", Rules: CrawlRules{Format: "html", Items: "li.product",
+			Fields: []CrawlField{
+				{Name: "url", CSS: "a.title", Attr: "href", Required: true, Transform: []string{"absolute_url"}},
+				{Name: "tags", CSS: ".tag", All: true},
+				{Name: "id", Path: "$.id"},
+			},
+			FollowCSS: "a.title", FollowAttr: "href", FollowLimit: 5, NextCSS: "a.next", NextAttr: "href",
+			CursorPath: "$.next_cursor", CursorParam: "cursor"},
+		AllowedDomains: []string{"shop.example.test"}, EgressAllow: []string{"127.0.0.0/8"}, EgressPorts: []int{8091},
+		MaxBytes: 5 << 20, TimeoutMS: 30000, Snapshot: true}
+}
+
+func samplePageResult() PageResult {
+	return PageResult{TaskID: "task_01", URL: "https://shop.example.test/catalog?page=2",
+		FinalURL: "https://shop.example.test/catalog?page=2", Status: 429, RetryAfterMS: 2000, Bytes: 5120, DurationMS: 42,
+		Items:   []CrawlItem{{"url": "https://shop.example.test/item/p0001", "price": 12.5, "tags": []any{"new", "sale"}}},
+		Links:   []string{"https://shop.example.test/item/p0001"},
+		Next:    "https://shop.example.test/catalog?page=3",
+		Missing: []string{"price"}, Body: "<html>…</html>", Headers: map[string]string{"Content-Type": "text/html"},
+		Refused: "loopback (RFC 1122) 127.0.0.0/8", Captcha: true, Error: "timeout"}
 }
 
 func sampleJob() Job {

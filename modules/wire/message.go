@@ -231,6 +231,9 @@ type State struct {
 	Workers []WorkerState `json:"workers"`
 	// MemoryRSSBytes is the agent process's resident memory (v2).
 	MemoryRSSBytes *uint64 `json:"memory_rss_bytes,omitempty"`
+	// StartedAt is when the agent process started (v4): the panel counts
+	// process starts to tell an agent in a crash loop.
+	StartedAt *time.Time `json:"started_at,omitempty" since:"4"`
 }
 
 // Event levels.
@@ -425,6 +428,9 @@ func validate(m Message) error {
 		if x.Code == "" {
 			return errors.New("error needs a code")
 		}
+	}
+	if err := validateCrawl(m); err != nil {
+		return err
 	}
 	return validateClaim(m)
 }

@@ -122,6 +122,10 @@ const (
 	TypeOutcomeAck   Type = "outcome_ack"   // panel → agent
 	TypeLookup       Type = "lookup"        // panel → agent: the reconciler's look-up of bookings
 	TypeLookupResult Type = "lookup_result" // agent → panel
+
+	// Version 4: the crawler (crawl.go).
+	TypePageTask   Type = "page_task"   // panel → agent: fetch and extract one page
+	TypePageResult Type = "page_result" // agent → panel
 )
 
 // typesV3 adds the claim engine's messages to version 2's.
@@ -130,7 +134,8 @@ var typesV3 = append(append([]Type(nil), typesV1...),
 	TypeActResult, TypeOutcome, TypeOutcomeAck, TypeLookup, TypeLookupResult)
 
 // typesV4 adds version 4's messages to version 3's. Append only.
-var typesV4 = append([]Type(nil), typesV3...)
+var typesV4 = append(append([]Type(nil), typesV3...),
+	TypePageTask, TypePageResult, TypeAssistantReport)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
@@ -207,6 +212,12 @@ func newMessage(t Type) Message {
 		return &Lookup{}
 	case TypeLookupResult:
 		return &LookupResult{}
+	case TypePageTask:
+		return &PageTask{}
+	case TypePageResult:
+		return &PageResult{}
+	case TypeAssistantReport:
+		return &AssistantReport{}
 	}
 	return nil
 }

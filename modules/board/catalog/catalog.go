@@ -139,16 +139,16 @@ func Start(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, layout: cfg.Layout, items: cfg.Items, latency: cfg.Latency,
 		clients: map[string]*stats{}, buckets: map[string]*bucket{}, blocked: map[string]time.Time{}}
 	for _, h := range cfg.Hosts {
-		a, err := netip.ParseAddr(h)
-		if err != nil || !a.IsLoopback() {
-			s.Close()
+		if a, err := netip.ParseAddr(h); err != nil || !a.IsLoopback() {
 			return nil, fmt.Errorf("catalog: host %q: the catalogue serves loopback addresses only", h)
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(cfg.Port)))
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("catalog: listen on %s: %w", h, err)
-		}
+	}
+	lns, err := listen(cfg.Hosts, cfg.Port)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range cfg.Hosts {
+		ln := lns[i]
 		hh := &host{name: h, url: "http://" + ln.Addr().String(), ln: ln, stats: &stats{}}
 		s.hosts = append(s.hosts, hh)
 		srv := &http.Server{Handler: s.handler(hh), ReadHeaderTimeout: 10 * time.Second}
@@ -161,6 +161,45 @@ func Start(cfg Config) (*Server, error) {
 	}
 	s.log.Info("catalog: serving", "hosts", s.URLs(), "items_per_host", cfg.Items, "rate", cfg.Rate, "burst", cfg.Burst, "crawl_delay", cfg.CrawlDelay)
 	return s, nil
+}
+
+// listen opens one listener per host, all on one port: port, or with 0 a
+// free port of the first host that the others have free too (a job's URLs
+// then differ in the host alone, like real domains).
+func listen(hosts []string, port int) ([]net.Listener, error) {
+	for try := 0; ; try++ {
+		var lns []net.Listener
+		p := port
+		var err error
+		for _, h := range hosts {
+			var ln net.Listener
+			ln, err = net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(p)))
+			if err != nil {
+				break
+			}
+			p = ln.Addr().(*net.TCPAddr).Port
+			lns = append(lns, ln)
+		}
+		if err == nil {
+			return lns, nil
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if port != 0 || try >= 20 {
+			return nil, fmt.Errorf("catalog: listen: %w", err)
+		}
+	}
+}
+
+// PortOf is the port of a catalogue URL (0 when it has none).
+func PortOf(u string) int {
+	i := strings.LastIndexByte(u, ':')
+	if i < 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(u[i+1:])
+	return n
 }
 
 // URLs are the base URLs of the hosts, in configuration order.

@@ -38,6 +38,8 @@ func start(t *testing.T, cfg catalog.Config) *catalog.Server {
 func TestPagesAndLayoutSwitch(t *testing.T) {
 	s := start(t, catalog.Config{Items: 45, PerPage: 20, CrawlDelay: 1.5})
 	base := s.URLs()[0]
+	require.Equal(t, catalog.PortOf(base), catalog.PortOf(s.URLs()[1]), "port 0 picks one port for every host")
+	require.NotZero(t, catalog.PortOf(base))
 	code, _, body := get(t, base+"/robots.txt")
 	require.Equal(t, 200, code)
 	require.Contains(t, body, "Disallow: /private/")

@@ -1,0 +1,102 @@
+package crawl_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/modules/board/catalog"
+)
+
+// procCPU is a process's user + system CPU time, and its peak resident
+// memory (VmHWM), from /proc.
+func procCPU(tb testing.TB, pid int) (time.Duration, int64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(tb, err)
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	cpu := time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(tb, err)
+	m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(status)
+	require.NotNil(tb, m)
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return cpu, kb * 1024
+}
+
+var pagesRe = regexp.MustCompile(`pages (\d+), items (\d+)`)
+
+// benchCrawl crawls the catalogue with one agent process: listing pages
+// lead to item pages (follow), so pages go out in parallel under a high
+// politeness budget. It reports pages/s, the agent's CPU seconds per 1,000
+// pages and its peak memory.
+func benchCrawl(b *testing.B, render string, items int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	f := startFleet(b, ctx, 1)
+	cat, port := startCatalog(b, catalog.Config{Hosts: []string{"127.0.0.31"}, Items: items, Rate: 1e6, Burst: 1e6})
+	_ = cat
+	out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port))
+	require.Equal(b, 0, code, out)
+	list := "/catalog"
+	if render == "browser" {
+		list = "/js/catalog"
+	}
+	f.apply("bench", fmt.Sprintf(`version: 1
+name: bench
+start: {urls: ["http://127.0.0.31:%d%s?page=1"]}
+allowed_domains: [127.0.0.31]
+render: %s
+follow: {css: li.product a.title}
+extract:
+  fields:
+    url: {css: "link[rel=canonical]", attr: href, required: true}
+    title: {css: h1.name, transform: [trim]}
+    price: {css: .price, transform: [number]}
+pagination: {next: {css: a.next}}
+item_key: url
+politeness: {concurrency: 16, delay: 0s, jitter: 0, autothrottle: false}
+limits: {pages: 100000, concurrency: 16, run_time: 30m}
+`, port, list, render))
+	pid := f.agents[0]
+	cpu0, _ := procCPU(b, pid)
+	b.ResetTimer()
+	start := time.Now()
+	out = f.runJob("bench")
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu1, peak := procCPU(b, pid)
+	m := pagesRe.FindStringSubmatch(out)
+	require.NotNil(b, m, out)
+	pages, _ := strconv.Atoi(m[1])
+	found, _ := strconv.Atoi(m[2])
+	require.Equal(b, items, found, out)
+	b.ReportMetric(float64(pages)/elapsed.Seconds(), "pages/s")
+	b.ReportMetric((cpu1-cpu0).Seconds()/float64(pages)*1000, "agent-cpu-s/1000pages")
+	b.ReportMetric(float64(peak)/(1<<20), "agent-peak-MiB")
+	b.ReportMetric(float64(pages), "pages")
+}
+
+// BenchmarkCrawlHTTP: 10,000 item pages and 500 listing pages in http mode.
+// Run with -benchtime=1x (one crawl per run).
+func BenchmarkCrawlHTTP(b *testing.B) {
+	for range b.N {
+		benchCrawl(b, "http", 10000)
+	}
+}
+
+// BenchmarkCrawlBrowser: 500 item pages and 25 JavaScript listing pages in
+// browser mode.
+func BenchmarkCrawlBrowser(b *testing.B) {
+	for range b.N {
+		benchCrawl(b, "browser", 500)
+	}
+}

@@ -1,0 +1,130 @@
+package crawl_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/crawl"
+)
+
+// TestBudgetFleetWide: two budgets (two panel replicas) over one Redis
+// share a domain's slots; Retry-After blocks the domain for every agent;
+// concurrency slots are fleet-wide; AutoThrottle moves the delay with the
+// response times.
+func TestBudgetFleetWide(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	of := func(context.Context, string) (*redis.Client, error) { return rdb, nil }
+	a, b := crawl.NewBudget(of, clk), crawl.NewBudget(of, clk)
+	gap := 100 * time.Millisecond
+	var waits []time.Duration
+	for i := range 6 {
+		bud := a
+		if i%2 == 1 {
+			bud = b
+		}
+		w, err := bud.Reserve(ctx, "t1", "shop.example", "agent-"+string(rune('a'+i%2)), gap)
+		require.NoError(t, err)
+		waits = append(waits, w)
+	}
+	require.Equal(t, []time.Duration{0, 100, 200, 300, 400, 500}, msList(waits), "one schedule of slots across replicas and agents")
+
+	// Retry-After: no slot before the block ends, whoever asks.
+	clk.Advance(time.Second)
+	until := clk.Now().Add(5 * time.Second)
+	a.Block(ctx, "t1", "shop.example", until)
+	w, err := b.Reserve(ctx, "t1", "shop.example", "agent-b", gap)
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, w)
+	require.True(t, b.BlockedUntil(ctx, "t1", "shop.example", "agent-b").Equal(until.Truncate(time.Millisecond)))
+	a.Block(ctx, "t1", "shop.example", until.Add(-time.Second)) // a shorter block never shortens it
+	require.True(t, a.BlockedUntil(ctx, "t1", "shop.example", "x").Equal(until.Truncate(time.Millisecond)))
+
+	// Concurrency slots are shared by both replicas.
+	require.True(t, a.Acquire(ctx, "t1", "c.example", "r1", 2, time.Minute))
+	require.True(t, b.Acquire(ctx, "t1", "c.example", "r2", 2, time.Minute))
+	require.False(t, a.Acquire(ctx, "t1", "c.example", "r3", 2, time.Minute))
+	b.Release(ctx, "t1", "c.example", "r1")
+	require.True(t, a.Acquire(ctx, "t1", "c.example", "r3", 2, time.Minute))
+	// A lease held by a dead replica expires.
+	clk.Advance(2 * time.Minute)
+	require.True(t, a.Acquire(ctx, "t1", "c.example", "r4", 2, time.Minute))
+
+	// AutoThrottle: slow answers lengthen the delay, fast ones bring it
+	// back towards the job's delay, never below it.
+	d := a.Throttle(ctx, "t1", "slow.example", 2*time.Second, 1, 100*time.Millisecond)
+	require.Equal(t, 2*time.Second, d)
+	d = a.Throttle(ctx, "t1", "slow.example", 10*time.Millisecond, 1, 100*time.Millisecond)
+	require.Equal(t, 1005*time.Millisecond, d, "half way from 2 s towards 10 ms")
+	for range 10 {
+		d = b.Throttle(ctx, "t1", "slow.example", 10*time.Millisecond, 1, 100*time.Millisecond)
+	}
+	require.Equal(t, 100*time.Millisecond, d)
+}
+
+func msList(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d / time.Millisecond
+	}
+	return out
+}
+
+// TestBudgetWithoutRedis: while the cell's Redis is down each agent gets
+// the domain's rate divided by the agents last known to crawl it, or
+// nothing when that was never known.
+func TestBudgetWithoutRedis(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	down := false
+	of := func(context.Context, string) (*redis.Client, error) {
+		if down {
+			return nil, errors.New("redis down")
+		}
+		return rdb, nil
+	}
+	bud := crawl.NewBudget(of, clk)
+	gap := 100 * time.Millisecond
+	_, err := bud.Reserve(ctx, "t1", "d.example", "a1", gap)
+	require.NoError(t, err)
+	_, err = bud.Reserve(ctx, "t1", "d.example", "a2", gap)
+	require.NoError(t, err)
+	down = true
+	_, err = bud.Reserve(ctx, "t1", "unknown.example", "a1", gap)
+	require.ErrorIs(t, err, crawl.ErrNoBudget)
+	var waits []time.Duration
+	for range 3 {
+		w, err := bud.Reserve(ctx, "t1", "d.example", "a1", gap)
+		require.NoError(t, err)
+		waits = append(waits, w)
+	}
+	require.Equal(t, []time.Duration{0, 200, 400}, msList(waits), "two agents known: each gets half the rate")
+}
+
+func TestBackoffFullJitter(t *testing.T) {
+	for attempt := range 8 {
+		ceiling := min(100*time.Millisecond<<attempt, 2*time.Second)
+		var top time.Duration
+		for range 200 {
+			d := crawl.Backoff(attempt, 100*time.Millisecond, 2*time.Second)
+			require.GreaterOrEqual(t, d, time.Duration(0))
+			require.Less(t, d, ceiling)
+			top = max(top, d)
+		}
+		require.Greater(t, top, ceiling/2, "draws spread over [0, ceiling)")
+	}
+	for range 100 {
+		g := crawl.Gap(time.Second, 0.5)
+		require.GreaterOrEqual(t, g, 500*time.Millisecond)
+		require.LessOrEqual(t, g, 1500*time.Millisecond)
+	}
+}

@@ -1,0 +1,613 @@
+package crawl
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/temoto/robotstxt"
+
+	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/modules/crawl/spec"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Dispatcher hands page tasks to the crawler workers of connected agents
+// (the fleet gateway).
+type Dispatcher interface {
+	// CrawlAgents lists the connected agents of tenant that speak the
+	// crawl protocol.
+	CrawlAgents(tenant string) []string
+	// Crawl sends one page task to one agent and waits for its result.
+	Crawl(ctx context.Context, tenant, agentID string, t wire.PageTask) (wire.PageResult, error)
+}
+
+// Egress is the tenant's egress allowlist (admin-set): CIDR ranges and
+// extra ports the agents' guards admit.
+type Egress func(ctx context.Context, tenant string) (allow []string, ports []int)
+
+// Runner executes runs.
+type Runner struct {
+	Store  *Store
+	Budget *Budget
+	Disp   Dispatcher
+	Egress Egress
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// NoAgentWait is how long a run waits for a crawler agent before it
+	// fails (default 30 s).
+	NoAgentWait time.Duration
+	// RobotsTTL is how long a robots.txt stays cached (default 1 h).
+	RobotsTTL time.Duration
+	// OnFinish is told of every finished run (the alarm rules).
+	OnFinish func(ctx context.Context, tenant string, job Job, run Run, trace map[string]any)
+
+	readyOnce sync.Once
+	ready     chan struct{}
+}
+
+func (r *Runner) readyCh() chan struct{} {
+	r.readyOnce.Do(func() { r.ready = make(chan struct{}) })
+	return r.ready
+}
+
+// Ready says every field is set: runs River hands over before it wait.
+func (r *Runner) Ready() { close(r.readyCh()) }
+
+type task struct {
+	url       string
+	kind      string
+	attempt   int
+	notBefore time.Time
+	page      int // pagination depth of a listing page (1 = a start page)
+}
+
+type domainState struct {
+	robots     *robotstxt.Group
+	robotsBusy bool
+	robotsDone bool
+	delay      time.Duration // AutoThrottle's current delay
+	crawlDelay time.Duration
+}
+
+type result struct {
+	t     task
+	agent string
+	res   wire.PageResult
+	err   error
+}
+
+// Execute runs one run to its end: every page the job reaches, within its
+// limits, politely. It records the run's figures whatever happens.
+func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
+	select {
+	case <-r.readyCh():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if r.Clock == nil {
+		r.Clock = clock.Real{}
+	}
+	if r.NoAgentWait == 0 {
+		r.NoAgentWait = 30 * time.Second
+	}
+	if r.RobotsTTL == 0 {
+		r.RobotsTTL = time.Hour
+	}
+	run, err := r.Store.Run(ctx, tenant, runID)
+	if err != nil {
+		return err
+	}
+	if run.State != "queued" && run.State != "running" {
+		return nil // finished already (a retried River job)
+	}
+	job, err := r.Store.JobByID(ctx, tenant, run.JobID)
+	if err != nil {
+		return err
+	}
+	start := r.Clock.Now()
+	if err := r.Store.StartRun(ctx, tenant, runID, start); err != nil {
+		return err
+	}
+	x := &execution{r: r, tenant: tenant, job: job, spec: job.Spec, run: run, start: start,
+		seen: map[string]bool{}, keys: map[string]bool{}, domains: map[string]*domainState{},
+		results: make(chan result, 64), noCrawler: map[string]bool{}}
+	x.run.Domains = map[string]DomainFigures{}
+	x.allow, x.ports = r.Egress(ctx, tenant)
+	log := r.Log.With("tenant", tenant, "job", job.Name, "run", runID)
+	state, reason := x.loop(ctx)
+	end := r.Clock.Now()
+	x.run.State, x.run.Reason, x.run.FinishedAt = state, reason, &end
+	log.Info("crawl run finished", "state", state, "reason", reason, "pages", x.run.Pages, "items", x.run.Items,
+		"errors", x.run.Errors, "bytes", x.run.Bytes, "duration", end.Sub(start))
+	fctx := context.WithoutCancel(ctx)
+	// The alarm rules run before the run is marked finished: whoever sees
+	// a finished run sees its alarms too.
+	if r.OnFinish != nil {
+		r.OnFinish(fctx, tenant, job, x.run, x.trace)
+	}
+	return r.Store.FinishRun(fctx, tenant, x.run, x.trace)
+}
+
+type execution struct {
+	r      *Runner
+	tenant string
+	job    Job
+	spec   *spec.Job
+	run    Run
+	start  time.Time
+	allow  []string
+	ports  []int
+
+	frontier []task
+	seen     map[string]bool
+	keys     map[string]bool
+	domains  map[string]*domainState
+	inflight int
+	results  chan result
+	trace    map[string]any
+	attempts int // page fetches that ended (for the error rate)
+
+	mu        sync.Mutex
+	noCrawler map[string]bool
+	rr        int
+}
+
+func (x *execution) push(t task) {
+	if x.seen[t.url] {
+		return
+	}
+	x.seen[t.url] = true
+	x.frontier = append(x.frontier, t)
+}
+
+func (x *execution) loop(ctx context.Context) (state, reason string) {
+	j := x.spec
+	for _, u := range j.StartURLs() {
+		if j.Pagination != nil && j.Pagination.Param != nil {
+			u = setParam(u, j.Pagination.Param.Name, j.Pagination.Param.From)
+		}
+		x.push(task{url: u, kind: wire.PageListing, page: 1})
+	}
+	deadline := x.start.Add(j.Limits.RunTimeD)
+	stop := ""
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		for x.inflight > 0 {
+			x.handle(ctx, <-x.results)
+		}
+	}()
+	var noAgentSince time.Time
+	for {
+		now := x.r.Clock.Now()
+		switch {
+		case ctx.Err() != nil:
+			stop = "stopped: the panel is shutting down"
+		case !now.Before(deadline):
+			stop = "limit: run_time " + j.Limits.RunTimeD.String()
+		case x.run.Pages >= j.Limits.Pages:
+			stop = fmt.Sprintf("limit: pages %d", j.Limits.Pages)
+		case x.run.Bytes >= j.Limits.BytesN:
+			stop = fmt.Sprintf("limit: bytes %d", j.Limits.BytesN)
+		}
+		if stop != "" {
+			return "stopped", stop
+		}
+		if len(x.frontier) == 0 && x.inflight == 0 {
+			return "succeeded", "done"
+		}
+		// Launch what is ready, up to the run's concurrency.
+		launched := false
+		if x.inflight < j.Limits.Concurrency {
+			if i := x.ready(now); i >= 0 {
+				agents := x.agents()
+				if len(agents) == 0 {
+					if noAgentSince.IsZero() {
+						noAgentSince = now
+					} else if now.Sub(noAgentSince) > x.r.NoAgentWait {
+						return "failed", "no crawler agent of this tenant is connected (configure a worker of kind crawler on an account)"
+					}
+				} else {
+					noAgentSince = time.Time{}
+					t := x.frontier[i]
+					x.frontier = append(x.frontier[:i], x.frontier[i+1:]...)
+					if x.admit(ctx, t) {
+						x.launch(ctx, t, agents)
+						launched = true
+					}
+					continue
+				}
+			}
+		}
+		if launched {
+			continue
+		}
+		// Wait for a result, or for the earliest task to become ready.
+		wait := 200 * time.Millisecond
+		if x.inflight == 0 && len(x.frontier) > 0 {
+			if nb := x.earliest(); nb.After(now) {
+				wait = min(nb.Sub(now), wait)
+			}
+		}
+		select {
+		case res := <-x.results:
+			x.handle(ctx, res)
+		case <-x.r.Clock.After(wait):
+		}
+	}
+}
+
+// ready picks the first task that may go now: past its backoff, and whose
+// domain's robots.txt is known (a robots task is queued first otherwise).
+func (x *execution) ready(now time.Time) int {
+	for i, t := range x.frontier {
+		if t.notBefore.After(now) {
+			continue
+		}
+		if t.kind == wire.PageRobots {
+			return i
+		}
+		d := x.domain(hostOf(t.url))
+		if d.robotsDone {
+			return i
+		}
+		if !d.robotsBusy {
+			d.robotsBusy = true
+			if body, ok := x.r.Budget.CachedRobots(context.Background(), x.tenant, hostOf(t.url)); ok {
+				x.setRobots(hostOf(t.url), 200, body)
+				return i
+			}
+			u, _ := url.Parse(t.url)
+			x.frontier = append(x.frontier, task{url: u.Scheme + "://" + u.Host + "/robots.txt", kind: wire.PageRobots})
+		}
+	}
+	return -1
+}
+
+func (x *execution) earliest() time.Time {
+	var nb time.Time
+	for _, t := range x.frontier {
+		if nb.IsZero() || t.notBefore.Before(nb) {
+			nb = t.notBefore
+		}
+	}
+	return nb
+}
+
+func (x *execution) domain(h string) *domainState {
+	d := x.domains[h]
+	if d == nil {
+		d = &domainState{}
+		x.domains[h] = d
+	}
+	return d
+}
+
+func hostOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(p.Hostname())
+}
+
+func setParam(u, name string, v int) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	q := p.Query()
+	q.Set(name, strconv.Itoa(v))
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+// admit applies robots.txt: a disallowed page is skipped, never fetched.
+func (x *execution) admit(_ context.Context, t task) bool {
+	if t.kind == wire.PageRobots {
+		return true
+	}
+	d := x.domain(hostOf(t.url))
+	if d.robots == nil {
+		return true
+	}
+	p, _ := url.Parse(t.url)
+	path := p.EscapedPath()
+	if p.RawQuery != "" {
+		path += "?" + p.RawQuery
+	}
+	if !d.robots.Test(path) {
+		x.r.Log.Debug("crawl: robots.txt disallows", "url", t.url)
+		return false
+	}
+	return true
+}
+
+func (x *execution) setRobots(host string, status int, body string) {
+	d := x.domain(host)
+	d.robotsBusy, d.robotsDone = false, true
+	data, err := robotstxt.FromStatusAndString(status, body)
+	if err != nil {
+		data, _ = robotstxt.FromStatusAndString(404, "")
+	}
+	d.robots = data.FindGroup("fleetwright")
+	if d.robots != nil {
+		d.crawlDelay = d.robots.CrawlDelay
+	}
+}
+
+func (x *execution) agents() []string {
+	all := x.r.Disp.CrawlAgents(x.tenant)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := all[:0:0]
+	for _, a := range all {
+		if !x.noCrawler[a] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// gap is the domain's next gap: the longest of the job's delay, the
+// robots.txt crawl-delay and AutoThrottle's delay, with jitter.
+func (x *execution) gap(d *domainState) time.Duration {
+	base := max(x.spec.Politeness.DelayD, d.crawlDelay, d.delay)
+	return Gap(base, *x.spec.Politeness.Jitter)
+}
+
+func (x *execution) launch(ctx context.Context, t task, agents []string) {
+	x.mu.Lock()
+	x.rr++
+	agent := agents[x.rr%len(agents)]
+	x.mu.Unlock()
+	host := hostOf(t.url)
+	d := x.domain(host)
+	gap := x.gap(d)
+	snapshot := x.trace == nil && t.kind == wire.PageListing
+	if snapshot {
+		x.trace = map[string]any{}
+	}
+	pt := x.pageTask(t, snapshot)
+	x.inflight++
+	go func() {
+		res := result{t: t, agent: agent}
+		defer func() { x.results <- res }()
+		p := x.spec.Politeness
+		lease := time.Duration(pt.TimeoutMS)*time.Millisecond + 10*time.Second
+		for !x.r.Budget.Acquire(ctx, x.tenant, host, pt.TaskID, p.Concurrency, lease) {
+			select {
+			case <-ctx.Done():
+				res.err = ctx.Err()
+				return
+			case <-x.r.Clock.After(20 * time.Millisecond):
+			}
+		}
+		defer x.r.Budget.Release(context.WithoutCancel(ctx), x.tenant, host, pt.TaskID)
+		for {
+			wait, err := x.r.Budget.Reserve(ctx, x.tenant, host, agent, gap)
+			if err == nil {
+				if wait > 0 {
+					select {
+					case <-ctx.Done():
+						res.err = ctx.Err()
+						return
+					case <-x.r.Clock.After(wait):
+					}
+				}
+				// A 429 answered while this request waited for its slot
+				// blocks it too: book a slot after the block.
+				if x.r.Budget.BlockedUntil(ctx, x.tenant, host, agent).After(x.r.Clock.Now()) {
+					continue
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				res.err = ctx.Err()
+				return
+			case <-x.r.Clock.After(time.Second):
+			}
+		}
+		res.res, res.err = x.r.Disp.Crawl(ctx, x.tenant, agent, pt)
+	}()
+}
+
+func (x *execution) pageTask(t task, snapshot bool) wire.PageTask {
+	j := x.spec
+	rules := wire.CrawlRules{Format: j.Extract.Format, Items: j.Extract.Items}
+	for _, name := range j.Extract.Order {
+		f := j.Extract.Fields[name]
+		rules.Fields = append(rules.Fields, wire.CrawlField{Name: name, CSS: f.CSS, Attr: f.Attr, Path: f.Path, All: f.All,
+			Required: f.Required, Transform: f.Transform})
+	}
+	if t.kind == wire.PageListing {
+		if j.Follow != nil {
+			rules.FollowCSS, rules.FollowAttr, rules.FollowLimit = j.Follow.CSS, j.Follow.Attr, j.Follow.Limit
+		}
+		if pg := j.Pagination; pg != nil {
+			if pg.Next != nil {
+				rules.NextCSS, rules.NextAttr = pg.Next.CSS, pg.Next.Attr
+			}
+			if pg.Cursor != nil {
+				rules.CursorPath, rules.CursorParam = pg.Cursor.Path, pg.Cursor.Param
+			}
+		}
+	}
+	timeout := 30 * time.Second
+	if j.Render == spec.RenderBrowser {
+		timeout = 60 * time.Second
+	}
+	return wire.PageTask{TaskID: wire.NewID(), RunID: x.run.ID, Kind: t.kind, URL: t.url, Render: j.Render, Rules: rules,
+		AllowedDomains: j.AllowedDomains, EgressAllow: x.allow, EgressPorts: x.ports, MaxBytes: j.Limits.PageBytesN,
+		TimeoutMS: timeout.Milliseconds(), Snapshot: snapshot}
+}
+
+func (x *execution) figures(host string, f func(*DomainFigures)) {
+	d := x.run.Domains[host]
+	f(&d)
+	x.run.Domains[host] = d
+}
+
+func (x *execution) handle(ctx context.Context, r result) {
+	x.inflight--
+	t, res := r.t, r.res
+	host := hostOf(t.url)
+	now := x.r.Clock.Now()
+	p := x.spec.Politeness
+	if r.err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		// The agent went away mid-task: try again elsewhere.
+		x.r.Log.Warn("crawl: page task lost", "url", t.url, "agent", r.agent, "err", r.err)
+		x.retry(t, now, false)
+		return
+	}
+	if res.Error == "agent: no crawler worker runs on this agent" {
+		x.mu.Lock()
+		x.noCrawler[r.agent] = true
+		x.mu.Unlock()
+		x.frontier = append(x.frontier, t)
+		return
+	}
+	x.figures(host, func(f *DomainFigures) { f.Requests++; f.TotalMS += res.DurationMS })
+	x.run.Bytes += res.Bytes
+	if t.kind == wire.PageRobots {
+		status := res.Status
+		if status == 0 {
+			// Unreachable robots.txt: RFC 9309 says assume complete
+			// disallow (and do not cache it).
+			status = 503
+		}
+		x.setRobots(host, status, res.Body)
+		if status < 500 {
+			x.r.Budget.CacheRobots(ctx, x.tenant, host, robotsCacheBody(status, res.Body), x.r.RobotsTTL)
+		}
+		return
+	}
+	if *p.AutoThrottle && res.DurationMS > 0 {
+		x.domain(host).delay = x.r.Budget.Throttle(ctx, x.tenant, host, time.Duration(res.DurationMS)*time.Millisecond, p.Concurrency, p.DelayD)
+	}
+	if snap := x.trace; snap != nil && len(snap) == 0 && (res.Body != "" || res.Headers != nil) {
+		x.trace = map[string]any{"url": res.URL, "final_url": res.FinalURL, "status": res.Status, "headers": res.Headers,
+			"body": res.Body, "items": len(res.Items), "error": res.Error, "at": now}
+	}
+	if res.Status == 429 || res.Status == 503 {
+		x.figures(host, func(f *DomainFigures) { f.Throttled++ })
+		if res.RetryAfterMS > 0 {
+			until := now.Add(time.Duration(res.RetryAfterMS) * time.Millisecond)
+			x.r.Budget.Block(ctx, x.tenant, host, until)
+		}
+		x.retry(t, now, true)
+		return
+	}
+	if res.Error != "" {
+		x.figures(host, func(f *DomainFigures) { f.Errors++ })
+		// Refusals, captchas and 4xx answers do not get better by retrying.
+		permanent := res.Refused != "" || res.Captcha || (res.Status >= 400 && res.Status < 500)
+		if permanent || !x.retry(t, now, true) {
+			x.run.Errors++
+			x.attempts++
+			x.r.Log.Warn("crawl: page failed", "url", t.url, "status", res.Status, "err", res.Error)
+		}
+		return
+	}
+	x.attempts++
+	x.run.Pages++
+	x.run.SelectorFailures += len(res.Missing)
+	keyed := map[string]map[string]any{}
+	for _, it := range res.Items {
+		k, ok := ItemKey(x.spec.ItemKey, it)
+		if !ok {
+			x.run.SelectorFailures++
+			continue
+		}
+		keyed[k] = it
+	}
+	for k := range keyed {
+		if !x.keys[k] {
+			x.keys[k] = true
+			x.run.Items++
+		}
+	}
+	added, changed, err := x.r.Store.SaveItems(ctx, x.tenant, x.job.ID, x.run.ID, keyed, now)
+	if err != nil {
+		x.r.Log.Error("crawl: save items", "err", err)
+		x.run.Errors++
+	}
+	x.run.NewItems += added
+	x.run.ChangedItems += changed
+	for _, l := range res.Links {
+		x.push(task{url: l, kind: wire.PageItem})
+	}
+	if t.kind == wire.PageListing {
+		x.next(t, res)
+	}
+}
+
+func robotsCacheBody(status int, body string) string {
+	if status >= 400 {
+		return "" // no robots.txt: everything allowed
+	}
+	return body
+}
+
+// next queues the listing's next page by the job's pagination.
+func (x *execution) next(t task, res wire.PageResult) {
+	pg := x.spec.Pagination
+	if pg == nil {
+		return
+	}
+	if pg.MaxPages > 0 && t.page >= pg.MaxPages {
+		return
+	}
+	switch {
+	case pg.Param != nil:
+		if len(res.Items) == 0 {
+			return
+		}
+		u, err := url.Parse(t.url)
+		if err != nil {
+			return
+		}
+		n, _ := strconv.Atoi(u.Query().Get(pg.Param.Name))
+		n += pg.Param.Step
+		if pg.Param.To > 0 && n > pg.Param.To {
+			return
+		}
+		x.push(task{url: setParam(t.url, pg.Param.Name, n), kind: wire.PageListing, page: t.page + 1})
+	case res.Next != "":
+		x.push(task{url: res.Next, kind: wire.PageListing, page: t.page + 1})
+	}
+}
+
+// retry queues t again after a full-jitter backoff; false when its
+// retries are spent.
+func (x *execution) retry(t task, now time.Time, counts bool) bool {
+	p := x.spec.Politeness
+	if counts {
+		if t.attempt >= *p.Retries {
+			return false
+		}
+		t.attempt++
+	}
+	t.notBefore = now.Add(Backoff(t.attempt, p.BackoffBaseD, p.BackoffCapD))
+	x.frontier = append(x.frontier, t)
+	return true
+}
+
+// ErrorRate is a run's failed pages over pages attempted.
+func (r Run) ErrorRate() float64 {
+	n := r.Pages + r.Errors
+	if n == 0 {
+		return 0
+	}
+	return float64(r.Errors) / float64(n)
+}

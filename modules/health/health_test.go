@@ -1,0 +1,283 @@
+package health_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/health"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type bundle struct {
+	d      *testenv.Database
+	clk    *clock.Fake
+	fl     *fleet.Store
+	s      *health.Sweeper
+	tenant string
+	agent  fleet.Agent
+	mu     sync.Mutex
+	cells  []cell.Status
+}
+
+var by = audit.Entry{Actor: "test"}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &bundle{d: testenv.DB(t), clk: clock.NewFake(time.Now())}
+	v, err := vault.New(make([]byte, vault.KeySize))
+	require.NoError(t, err)
+	b.fl = fleet.NewStore(b.d.App, v)
+	require.NoError(t, b.d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&b.tenant))
+	acct, err := b.fl.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Username: "u",
+		Password: "Board-Password-1", TOTPSecret: "JBSWY3DPEHPK3PXP",
+		Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}, {Name: "actor-1", Kind: "http_actor"}}}, by)
+	require.NoError(t, err)
+	id, _, err := b.fl.CreateAgent(ctx, b.tenant, acct, "agent-1", by)
+	require.NoError(t, err)
+	b.agent = fleet.Agent{ID: id, Tenant: b.tenant, AccountID: acct, Name: "agent-1"}
+	// Connected through a live replica, as the gateway records it.
+	replica := "00000000-0000-4000-8000-0000000000f1"
+	_, err = b.d.App.Exec(ctx, `INSERT INTO panel_replicas (id, host, listen, version, pid, started_at, last_seen)
+		VALUES ($1, 'h', 'l', 'v', 1, now(), now() + interval '1 hour')`, replica)
+	require.NoError(t, err)
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = true, replica_id = $2 WHERE id = $1`, id, replica)
+		return err
+	}))
+	b.s = health.New(b.d.App, health.Config{Clock: b.clk, Log: testenv.Logger(t), Cells: func() []cell.Status {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.cells
+	}})
+	return b
+}
+
+func ms(d time.Duration) *int64 { v := d.Milliseconds(); return &v }
+
+// report stores a state report as the gateway does when the agent sends one.
+func (b *bundle) report(t *testing.T, started time.Time, ws ...wire.WorkerState) {
+	t.Helper()
+	require.NoError(t, b.fl.SaveState(context.Background(), b.agent, wire.State{Workers: ws, StartedAt: &started}))
+}
+
+// aged moves the agent's last report d into the past: the time since it
+// arrived, which the sweep adds to the age the report gave.
+func (b *bundle) aged(t *testing.T, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET last_seen = last_seen - make_interval(secs => $1)`, d.Seconds())
+		return err
+	}))
+}
+
+func (b *bundle) sweep(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.s.Sweep(context.Background()))
+}
+
+func (b *bundle) open(t *testing.T, tenant string) map[string]alarm.Open {
+	t.Helper()
+	list, err := alarm.ListTenant(context.Background(), b.d.App, tenant, true, 0)
+	require.NoError(t, err)
+	out := map[string]alarm.Open{}
+	for _, a := range list {
+		out[a.Kind+" "+a.Key] = a
+	}
+	return out
+}
+
+func TestHungWorkerIsAlarmedShownAndResolvedWhenItProgresses(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	started := b.clk.Now().Add(-time.Hour)
+	watcher := wire.WorkerState{Name: "watcher-1", Kind: "watcher", State: wire.WorkerRunning, OldestTaskAgeMillis: ms(time.Second)}
+	idle := wire.WorkerState{Name: "actor-1", Kind: "http_actor", State: wire.WorkerRunning, OldestTaskAgeMillis: ms(0)}
+	b.report(t, started, watcher, idle)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	// The watcher stops progressing: its agent keeps reporting (alive), its
+	// task gets older, nothing completes. Within its 2-minute threshold it
+	// is not hung; past it, it is — the idle actor (no work) never is.
+	b.clk.Advance(90 * time.Second)
+	b.aged(t, 90*time.Second)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+	b.clk.Advance(40 * time.Second)
+	b.aged(t, 40*time.Second)
+	b.sweep(t)
+	open := b.open(t, b.tenant)
+	require.Len(t, open, 1)
+	a, ok := open["worker.hung "+b.agent.ID+"/watcher-1"]
+	require.True(t, ok, "%v", open)
+	require.Equal(t, alarm.Critical, a.Severity)
+	require.Contains(t, a.Summary, "watcher-1 on agent-1 is hung")
+	require.Contains(t, a.Detail, "threshold for watcher workers 2m0s")
+	require.Equal(t, "/t/acme/fleet", a.Link)
+	f, err := b.fl.List(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Equal(t, "hung", f.Agents[0].Health["watcher-1"])
+	require.Empty(t, f.Agents[0].Health["actor-1"])
+
+	// A later sweep refreshes the same alarm; progress resolves it.
+	b.sweep(t)
+	require.Len(t, b.open(t, b.tenant), 1)
+	watcher.OldestTaskAgeMillis = ms(500 * time.Millisecond)
+	b.report(t, started, watcher, idle)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	// An agent that is not connected is not judged hung (it is not alive).
+	b.clk.Advance(10 * time.Minute)
+	b.aged(t, 10*time.Minute)
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false`)
+		return err
+	}))
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+}
+
+func TestCrashLoopIsASpentBudgetOrThreeRestartsInFifteenMinutes(t *testing.T) {
+	b := setup(t)
+	started := b.clk.Now().Add(-time.Hour)
+	w := wire.WorkerState{Name: "actor-1", Kind: "http_actor", State: wire.WorkerRunning, OldestTaskAgeMillis: ms(0)}
+	b.report(t, started, w)
+	b.sweep(t)
+	// A worker failing every 70 s: never five within 300 s, so its budget
+	// is never spent — but three restarts within 15 minutes are a loop.
+	for i := 1; i <= 3; i++ {
+		b.clk.Advance(70 * time.Second)
+		w.Restarts = i
+		b.report(t, started, w)
+		b.sweep(t)
+		if i < 3 {
+			require.Empty(t, b.open(t, b.tenant), "after %d restarts", i)
+		}
+	}
+	a, ok := b.open(t, b.tenant)["worker.crash_loop "+b.agent.ID+"/actor-1"]
+	require.True(t, ok)
+	require.Contains(t, a.Summary, "3 restarts within 15m0s (crash loop)")
+	f, err := b.fl.List(context.Background(), b.tenant)
+	require.NoError(t, err)
+	require.Equal(t, "crash loop", f.Agents[0].Health["actor-1"])
+	// Fifteen quiet minutes later it is over.
+	b.clk.Advance(16 * time.Minute)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	// A spent budget (needs_person) is a crash loop at once.
+	w.State = wire.WorkerNeedsPerson
+	b.report(t, started, w)
+	b.sweep(t)
+	a, ok = b.open(t, b.tenant)["worker.crash_loop "+b.agent.ID+"/actor-1"]
+	require.True(t, ok)
+	require.Contains(t, a.Summary, "restart budget spent")
+
+	// The agent process itself: three new starts within 15 minutes (its
+	// workers' counters begin again at 0 with each process).
+	w = wire.WorkerState{Name: "actor-1", Kind: "http_actor", State: wire.WorkerRunning, OldestTaskAgeMillis: ms(0)}
+	for i := 1; i <= 3; i++ {
+		b.clk.Advance(time.Minute)
+		b.report(t, b.clk.Now(), w)
+		b.sweep(t)
+	}
+	open := b.open(t, b.tenant)
+	require.Contains(t, open, "agent.crash_loop "+b.agent.ID)
+	require.NotContains(t, open, "worker.crash_loop "+b.agent.ID+"/actor-1", "a running worker with a fresh counter is not looping")
+	f, err = b.fl.List(context.Background(), b.tenant)
+	require.NoError(t, err)
+	require.True(t, f.Agents[0].CrashLoop)
+}
+
+func TestQueuesAndCellsAreWatched(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	rc, err := river.NewClient(riverpgxv5.New(b.d.App), &river.Config{})
+	require.NoError(t, err)
+	_, err = rc.Insert(ctx, stuckArgs{}, &river.InsertOpts{Queue: "claim_reconcile", ScheduledAt: time.Now().Add(-10 * time.Minute)})
+	require.NoError(t, err)
+	b.mu.Lock()
+	b.cells = []cell.Status{{Name: "default"}, {Name: "eu", Failing: true, Since: time.Now(), LastError: "dial unix: connection refused"}}
+	b.mu.Unlock()
+	b.sweep(t)
+	open := b.open(t, alarm.System)
+	require.Contains(t, open, "queue.stuck claim_reconcile/available")
+	require.Contains(t, open["queue.stuck claim_reconcile/available"].Summary, "has waited 10m")
+	require.Contains(t, open, "cell.failing eu")
+	require.NotContains(t, open, "cell.failing default")
+
+	b.mu.Lock()
+	b.cells[1].Failing = false
+	b.mu.Unlock()
+	_, err = b.d.App.Exec(ctx, `DELETE FROM river_job`)
+	require.NoError(t, err)
+	b.sweep(t)
+	require.Empty(t, b.open(t, alarm.System))
+}
+
+type stuckArgs struct{}
+
+func (stuckArgs) Kind() string { return "test.stuck" }
+
+func TestWorkerMetricsAreExported(t *testing.T) {
+	b := setup(t)
+	op := wire.Operation{ID: "op-1", JobKey: "LD-1", Outcome: "CONFIRMED", FinishedAt: time.Unix(1_800_000_000, 0)}
+	b.report(t, time.Now(), wire.WorkerState{Name: "actor-1", Kind: "http_actor", State: wire.WorkerRunning, Restarts: 2,
+		OldestTaskAgeMillis: ms(4 * time.Second), LastOperation: &op})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(health.Collector(b.d.App, testenv.Logger(t)))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var l []string
+			for _, p := range m.GetLabel() {
+				l = append(l, p.GetName()+"="+p.GetValue())
+			}
+			got[mf.GetName()+"{"+strings.Join(l, ",")+"}"] = m.GetGauge().GetValue()
+		}
+	}
+	labels := "{agent=agent-1,kind=http_actor,tenant=acme,worker=actor-1}"
+	require.InDelta(t, 4, got["fleet_worker_oldest_task_seconds"+labels], 2)
+	require.Equal(t, 1_800_000_000.0, got["fleet_worker_last_operation_timestamp_seconds"+labels])
+	require.Equal(t, 2.0, got["fleet_worker_restarts"+labels])
+	require.Equal(t, 1.0, got["fleet_worker_running"+labels])
+}
+
+func TestParseHungAfter(t *testing.T) {
+	m, err := health.ParseHungAfter("watcher=3m, crawler=20m,*=7m")
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Minute, m["watcher"])
+	s := health.New(nil, health.Config{HungAfter: m})
+	require.Equal(t, 3*time.Minute, s.HungAfter("watcher"))
+	require.Equal(t, 5*time.Minute, s.HungAfter("actor"))
+	require.Equal(t, 7*time.Minute, s.HungAfter("mystery"))
+	for _, bad := range []string{"watcher", "watcher=soon", "=2m", "actor=1s"} {
+		_, err := health.ParseHungAfter(bad)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "kind=duration")
+	}
+}

@@ -1,0 +1,54 @@
+package loadtest
+
+import (
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A blocked relay passes nothing either way, not even a close; unblocked,
+// what was held goes through, then the close.
+func TestRelayBlackholesThenLetsEverythingThrough(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(c) // until the client's close arrives
+		got <- string(b)
+		c.Close()
+	}()
+	r, err := newRelay(ln.Addr().String())
+	require.NoError(t, err)
+	defer r.close()
+
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.URL(), "http://"))
+	require.NoError(t, err)
+	_, err = c.Write([]byte("before "))
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	r.block()
+	_, err = c.Write([]byte("during"))
+	require.NoError(t, err, "the agent's writes do not fail: nothing tells it")
+	require.NoError(t, c.Close())
+	select {
+	case s := <-got:
+		t.Fatalf("the close passed the blackhole: %q", s)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.Equal(t, 1, r.unblock(), "the agent's close was counted")
+	select {
+	case s := <-got:
+		require.Equal(t, "before during", s)
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing passed once unblocked")
+	}
+}

@@ -1,0 +1,123 @@
+package panel_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/crawl/spec"
+)
+
+// TestCrawlPages: an operator saves a job from the console (a bad one is
+// refused with each field's line), sees its versions' diff, the runs, the
+// items-per-cycle chart with its expected band and the alarm marked on it,
+// the trace, and exports the items.
+func TestCrawlPages(t *testing.T) {
+	c := newConsole(t)
+	ctx := context.Background()
+	a := c.tenant(t, "alpha")
+	const pw = "correct horse battery"
+	op, viewer := c.user(t, "op@fleet.test", auth.Operator, pw), c.user(t, "viewer@fleet.test", auth.Viewer, pw)
+	c.grant(t, op, a)
+	c.grant(t, viewer, a)
+	cl, vcl := browserless(), browserless()
+	c.enrolled(t, cl, "op@fleet.test", pw)
+	c.enrolled(t, vcl, "viewer@fleet.test", pw)
+	base := c.srv.URL + "/t/alpha/crawl"
+
+	res, body := do(t, cl, "GET", base, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="job-source"`)
+
+	// Live validation and a refused save name the field and its line.
+	bad := "version: 1\nname: shop\nrender: chrome\n"
+	res, body = do(t, cl, "POST", base+"/validate", url.Values{"source": {bad}})
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `line 3: <span class="mono">render</span>: &#34;chrome&#34;: use http or browser`)
+	res, body = do(t, cl, "POST", base+"/jobs", url.Values{"source": {bad}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	require.Contains(t, body, "use http or browser")
+
+	src, err := os.ReadFile("../../examples/crawl/catalogue-http.yaml")
+	require.NoError(t, err)
+	res, body = do(t, cl, "POST", base+"/validate", url.Values{"source": {string(src)}})
+	require.Contains(t, body, `data-testid="validation-ok"`)
+	res, _ = do(t, cl, "POST", base+"/jobs", url.Values{"source": {string(src)}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	jobPath := res.Header.Get("Location")
+	require.True(t, strings.HasPrefix(jobPath, "/t/alpha/crawl/jobs/"))
+	v2 := strings.Replace(string(src), "pages: 200", "pages: 250", 1)
+	res, _ = do(t, cl, "POST", base+"/jobs", url.Values{"source": {v2}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+
+	// A viewer may read but not save.
+	res, _ = do(t, vcl, "POST", base+"/jobs", url.Values{"source": {v2}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+
+	// Three finished runs, the last one empty with a saved trace.
+	st := crawl.NewStore(c.d.App, spec.Options{})
+	job, err := st.JobByName(ctx, a.ID, "catalogue-http")
+	require.NoError(t, err)
+	var runs []string
+	for i, items := range []int{900, 905, 0} {
+		var id string
+		require.NoError(t, db.InTenant(ctx, c.d.App, a.ID, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `INSERT INTO crawl_runs (tenant_id, job_id, version, state, reason, queued_at, started_at, finished_at, pages, items)
+				VALUES (app_tenant(), $1, 2, 'succeeded', 'done', $2, $2, $2, 45, $3) RETURNING id`, job.ID, time.Now().Add(time.Duration(i-3)*time.Minute), items).Scan(&id)
+		}))
+		runs = append(runs, id)
+	}
+	_, err = st.SaveTrace(ctx, a.ID, job.ID, runs[2], crawl.AlarmZeroResults, "run found no item",
+		map[string]any{"url": "http://127.0.0.11:8091/catalog?page=1", "status": 200, "body": `<div class="card">new layout</div>`,
+			"headers": map[string]string{"Content-Type": "text/html", "Set-Cookie": "[redacted]"}})
+	require.NoError(t, err)
+	_, _, err = st.SaveItems(ctx, a.ID, job.ID, runs[1], map[string]map[string]any{
+		"u1": {"url": "http://x/item/1", "title": "Lamp, red", "price": 12.5}, "u2": {"url": "http://x/item/2", "title": "Mug", "price": 3.0}}, time.Now())
+	require.NoError(t, err)
+
+	res, body = do(t, vcl, "GET", c.srv.URL+jobPath, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="items-chart"`)
+	require.Contains(t, body, `data-testid="expected-band"`)
+	require.Equal(t, 1, strings.Count(body, `data-testid="alarm-mark"`), "the empty run is marked")
+	require.Contains(t, body, `data-testid="version-diff"`)
+	require.Contains(t, body, `<div class="diff-del">-   pages: 200</div>`)
+	require.Contains(t, body, `<div class="diff-add">+   pages: 250</div>`)
+	require.NotContains(t, body, `data-testid="run-now"`, "a viewer gets no run button")
+
+	traces, err := st.Traces(ctx, a.ID, job.ID, 1)
+	require.NoError(t, err)
+	res, body = do(t, vcl, "GET", c.srv.URL+"/t/alpha/crawl/traces/"+strconv.FormatInt(traces[0].ID, 10), nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, "&lt;div class=&#34;card&#34;&gt;new layout")
+	require.Contains(t, body, "[redacted]")
+
+	res, body = do(t, vcl, "GET", c.srv.URL+jobPath+"/items?q=lamp", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, "Lamp, red")
+	require.NotContains(t, body, "Mug")
+	res, body = do(t, vcl, "GET", c.srv.URL+jobPath+"/items?format=csv", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "text/csv; charset=utf-8", res.Header.Get("Content-Type"))
+	require.Contains(t, body, "key,first_seen,last_seen,changed_at,url,title,price,sku\n")
+	require.Contains(t, body, `"Lamp, red",12.5`)
+	res, body = do(t, vcl, "GET", c.srv.URL+jobPath+"/items?format=jsonl", nil)
+	require.Equal(t, 2, strings.Count(body, "\n"))
+
+	// Pause from the console: audited, the job shows it.
+	res, _ = do(t, cl, "POST", c.srv.URL+jobPath+"/pause", url.Values{})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	_, body = do(t, cl, "GET", base, nil)
+	require.Contains(t, body, `<span class="badge warn">paused</span>`)
+}

@@ -1,0 +1,119 @@
+package wire
+
+import "errors"
+
+// Crawl messages (version 4). The panel runs a crawl: it keeps the frontier,
+// holds the per-domain politeness budget (in the cell's Redis; agents never
+// reach Redis) and hands one page at a time to a crawler worker of an agent,
+// which fetches it through the account's own egress and the SSRF guard,
+// extracts, and answers. A page task is the politeness token: an agent
+// fetches nothing it was not handed.
+
+// Page task kinds.
+const (
+	PageListing = "listing" // a start or next page: items, follow links, the next page
+	PageItem    = "item"    // a page reached by a follow link: items only
+	PageRobots  = "robots"  // robots.txt: the body comes back raw
+)
+
+// CrawlField is one extraction rule (docs/CRAWL.md, extract.fields).
+type CrawlField struct {
+	Name      string   `json:"name"`
+	CSS       string   `json:"css,omitempty"`
+	Attr      string   `json:"attr,omitempty"`
+	Path      string   `json:"path,omitempty"`
+	All       bool     `json:"all,omitempty"`
+	Required  bool     `json:"required,omitempty"`
+	Transform []string `json:"transform,omitempty"`
+}
+
+// CrawlRules say how a page becomes items, links and a next page.
+type CrawlRules struct {
+	Format string       `json:"format"`
+	Items  string       `json:"items,omitempty"`
+	Fields []CrawlField `json:"fields"`
+	// FollowCSS selects links to item pages (attribute FollowAttr).
+	FollowCSS   string `json:"follow_css,omitempty"`
+	FollowAttr  string `json:"follow_attr,omitempty"`
+	FollowLimit int    `json:"follow_limit,omitempty"`
+	// NextCSS selects the next listing page's link (attribute NextAttr).
+	NextCSS  string `json:"next_css,omitempty"`
+	NextAttr string `json:"next_attr,omitempty"`
+	// CursorPath reads the next cursor from JSON, sent as CursorParam.
+	CursorPath  string `json:"cursor_path,omitempty"`
+	CursorParam string `json:"cursor_param,omitempty"`
+}
+
+// PageTask asks a crawler worker to fetch and extract one page.
+type PageTask struct {
+	TaskID string `json:"task_id"`
+	RunID  string `json:"run_id"`
+	Kind   string `json:"kind"`
+	URL    string `json:"url"`
+	// Render is http or browser.
+	Render string     `json:"render"`
+	Rules  CrawlRules `json:"rules"`
+	// AllowedDomains bound the links and redirects followed.
+	AllowedDomains []string `json:"allowed_domains"`
+	// EgressAllow and EgressPorts are the tenant's egress allowlist (CIDR
+	// ranges) and the ports beyond 80/443 it admits.
+	EgressAllow []string `json:"egress_allow,omitempty"`
+	EgressPorts []int    `json:"egress_ports,omitempty"`
+	MaxBytes    int64    `json:"max_bytes"`
+	TimeoutMS   int64    `json:"timeout_ms"`
+	// Snapshot asks for a bounded body snapshot (alarm traces).
+	Snapshot bool `json:"snapshot,omitempty"`
+}
+
+// CrawlItem is one extracted item: field name → value (a string, a
+// number, or a list of them).
+type CrawlItem map[string]any
+
+// PageResult answers a page task.
+type PageResult struct {
+	TaskID   string `json:"task_id"`
+	URL      string `json:"url"`
+	FinalURL string `json:"final_url,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	// RetryAfterMS is the Retry-After the site sent with a 429 or 503.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	Bytes        int64 `json:"bytes"`
+	DurationMS   int64 `json:"duration_ms"`
+	// Items, Links (absolute, inside the allowed domains) and Next.
+	Items []CrawlItem `json:"items,omitempty"`
+	Links []string    `json:"links,omitempty"`
+	Next  string      `json:"next,omitempty"`
+	// Missing names required fields that matched nothing, once per item
+	// dropped for it (selector failures).
+	Missing []string `json:"missing,omitempty"`
+	// Body is the raw body of a robots task, or a bounded snapshot.
+	Body string `json:"body,omitempty"`
+	// Headers are the response headers, redacted (a snapshot's).
+	Headers map[string]string `json:"headers,omitempty"`
+	// Refused is the egress guard's reason when it refused the fetch.
+	Refused string `json:"refused,omitempty"`
+	// Captcha says the page asked for a person.
+	Captcha bool `json:"captcha,omitempty"`
+	// Error is a fetch or extraction failure ("" on success).
+	Error string `json:"error,omitempty"`
+}
+
+// MessageType implements Message.
+func (PageTask) MessageType() Type { return TypePageTask }
+
+// MessageType implements Message.
+func (PageResult) MessageType() Type { return TypePageResult }
+
+func validateCrawl(m Message) error {
+	switch x := m.(type) {
+	case PageTask:
+		if x.TaskID == "" || x.URL == "" || x.Kind == "" {
+			return errors.New("page_task needs task_id, kind and url")
+		}
+	case PageResult:
+		if x.TaskID == "" {
+			return errors.New("page_result needs task_id")
+		}
+	}
+	return nil
+}
