@@ -10,7 +10,7 @@ LISTEN    ?= 127.0.0.1:8080
 # prometheus (its promtool checks and unit-tests deploy/prometheus/alerts.yml).
 APT_PKGS  := postgresql redis-server chromium systemd prometheus
 
-.PHONY: all deps build run test vet fmt-check generate check-generated bench clean
+.PHONY: all deps build run test vet fmt-check generate check-generated bench clean sbom vulncheck
 
 all: build
 
@@ -63,6 +63,19 @@ check-generated:
 ## bench: the Go benchmarks (figures go to docs/BENCHMARKS.md).
 bench: build
 	FLEET_TEST_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench . -benchtime 3x ./...
+
+## sbom: a CycloneDX SBOM of the module graph (bin/sbom.cdx.json), by cyclonedx-gomod kept in go.mod's tool block.
+sbom:
+	@mkdir -p bin
+	$(GO) tool cyclonedx-gomod mod -json -output bin/sbom.cdx.json .
+	@echo "sbom: bin/sbom.cdx.json"
+
+## vulncheck: govulncheck (kept in go.mod's tool block) against the Go vulnerability database; GOVULNDB names a mirror.
+vulncheck:
+	@out=$$($(GO) tool govulncheck ./... 2>&1); rc=$$?; echo "$$out"; \
+	if echo "$$out" | grep -q "fetching vulnerabilities"; then \
+	  echo "vulncheck: the vulnerability database is not reachable from here (vuln.go.dev, or GOVULNDB=<mirror URL>): nothing was checked"; exit 2; \
+	fi; exit $$rc
 
 clean:
 	rm -rf bin

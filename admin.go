@@ -215,7 +215,7 @@ func createUser(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdin i
 		password, generated = account.GeneratePassword(), true
 	}
 	logging.RegisterSecret(password)
-	u, err := account.CreateUser(ctx, pool, account.NewUser{Email: o.email, Role: auth.Role(o.role), Password: password}, cliActor())
+	u, err := account.CreateUser(ctx, pool, account.NewUser{Email: o.email, Role: auth.Role(o.role), Password: password, MustChange: true}, cliActor())
 	var fe account.FieldErrors
 	if errors.As(err, &fe) {
 		var msgs []string

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"
@@ -37,6 +38,7 @@ func Start(t testing.TB, bin string, args []string, env ...string) *Proc {
 	}
 	go func() { p.err = p.Cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
+		defer func() { captureFor(t.Name() + ": " + filepath.Base(bin)).add(p.Output()) }()
 		select {
 		case <-p.exited:
 		default:

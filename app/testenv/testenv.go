@@ -53,10 +53,15 @@ var (
 	binErr    error
 )
 
-// Main runs the package's tests and then stops whatever services they started.
+// Main runs the package's tests, fails the binary if a known secret reached
+// any captured log (see Secret), and then stops whatever services they
+// started.
 // Use it from TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
 func Main(m *testing.M) {
 	code := m.Run()
+	if !checkSecrets() && code == 0 {
+		code = 1
+	}
 	Shutdown()
 	os.Exit(code)
 }
@@ -92,19 +97,6 @@ func Dir(t testing.TB) string {
 		baseDir = d
 	})
 	return baseDir
-}
-
-// Logger returns a logger that writes through t.Log.
-func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(b []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 func startPostgres(t testing.TB) {

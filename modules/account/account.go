@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/auth"
 )
 
@@ -35,6 +36,8 @@ type Deps struct {
 	Shell *auth.Shell
 	Clock clock.Clock
 	Log   *slog.Logger
+	// Vault seals operators' TOTP seeds at rest (required).
+	Vault *vault.Vault
 }
 
 // Service serves sign-in, sessions, the users page and the account page.
@@ -59,6 +62,9 @@ func New(d Deps) *Service {
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.Vault == nil {
+		panic("account: a vault is required: TOTP seeds are sealed at rest")
 	}
 	return &Service{d: d}
 }

@@ -67,7 +67,7 @@ func TestSessionsEndWhenIdleOrTooOld(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
 	fake := clock.NewFake(time.Now())
-	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 2 * time.Hour}})
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 2 * time.Hour}})
 	u, err := CreateUser(ctx, d.App, NewUser{Email: "a@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
@@ -83,22 +83,22 @@ func TestSessionsEndWhenIdleOrTooOld(t *testing.T) {
 	// Used every 20 minutes, it lives until the absolute limit.
 	for range 5 {
 		fake.Advance(20 * time.Minute)
-		se, err := s.lookup(ctx, tok)
+		se, err := s.lookup(ctx, tok, true)
 		require.NoError(t, err)
 		require.NotNil(t, se)
 	}
 	fake.Advance(20 * time.Minute) // 2h since sign-in
-	se, err := s.lookup(ctx, tok)
+	se, err := s.lookup(ctx, tok, true)
 	require.NoError(t, err)
 	require.Nil(t, se, "absolute timeout")
 
 	tok = start()
 	fake.Advance(31 * time.Minute)
-	se, err = s.lookup(ctx, tok)
+	se, err = s.lookup(ctx, tok, true)
 	require.NoError(t, err)
 	require.Nil(t, se, "idle timeout")
 	fake.Advance(-31 * time.Minute)
-	se, err = s.lookup(ctx, tok)
+	se, err = s.lookup(ctx, tok, true)
 	require.NoError(t, err)
 	require.Nil(t, se, "an ended session stays ended")
 }
@@ -156,7 +156,7 @@ func TestCookieTransport(t *testing.T) {
 func TestPresentedCookiesAreRegisteredAsSecretsOnlyOnceVerified(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Clock: clock.Real{}})
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: clock.Real{}})
 	u, err := CreateUser(ctx, d.App, NewUser{Email: "cookie@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
 	var valid string
@@ -184,4 +184,53 @@ func TestPresentedCookiesAreRegisteredAsSecretsOnlyOnceVerified(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	require.NotNil(t, seen)
 	require.Equal(t, "t="+logging.Redacted, logging.Scrub("t="+valid), "an issued, verified token is a secret")
+}
+
+// Item 11 of issue 12: a console tab left open polls every few seconds; the
+// polling must not keep the session alive past its idle timeout.
+func TestPollingDoesNotKeepASessionAlive(t *testing.T) {
+	ctx := context.Background()
+	d := testenv.DB(t)
+	fake := clock.NewFake(time.Now())
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour}})
+	u, err := CreateUser(ctx, d.App, NewUser{Email: "poll@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
+	require.NoError(t, err)
+	var tok string
+	require.NoError(t, pgx.BeginFunc(ctx, d.App, func(tx pgx.Tx) error {
+		tok, _, err = s.startSession(ctx, tx, u.ID, true, "", httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
+		return err
+	}))
+	signedIn := func(method string, htmx bool) bool {
+		var seen *auth.User
+		h := s.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { seen = auth.UserFrom(r.Context()) }))
+		r := httptest.NewRequest(method, "http://127.0.0.1:8080/t/acme/fleet/rows", nil)
+		r.RemoteAddr = "127.0.0.1:5000"
+		r.AddCookie(&http.Cookie{Name: DevCookieName, Value: tok})
+		if htmx {
+			r.Header.Set("HX-Request", "true")
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		return seen != nil
+	}
+	// A real click keeps it alive.
+	fake.Advance(20 * time.Minute)
+	require.True(t, signedIn(http.MethodGet, false))
+	// Then only polling, every two seconds' worth of minutes: it ends 30
+	// minutes after the click all the same.
+	for range 14 {
+		fake.Advance(2 * time.Minute)
+		require.True(t, signedIn(http.MethodGet, true))
+	}
+	fake.Advance(2*time.Minute + time.Second)
+	require.False(t, signedIn(http.MethodGet, true), "30 minutes without the user: ended")
+	require.False(t, signedIn(http.MethodGet, false), "and it stays ended")
+	// An htmx POST is the user acting: it counts.
+	require.NoError(t, pgx.BeginFunc(ctx, d.App, func(tx pgx.Tx) error {
+		tok, _, err = s.startSession(ctx, tx, u.ID, true, "", httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
+		return err
+	}))
+	fake.Advance(20 * time.Minute)
+	require.True(t, signedIn(http.MethodPost, true))
+	fake.Advance(20 * time.Minute)
+	require.True(t, signedIn(http.MethodGet, false))
 }

@@ -82,7 +82,7 @@ var (
 
 // hashWait bounds the wait for a slot; past it the request answers 503.
 const (
-	hashWait      = 10 * time.Second
+	hashWait      = 30 * time.Second
 	hashBusyRetry = 5 * time.Second
 )
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"github.com/fleetwright/fleetwright/views"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -29,6 +30,8 @@ type accountModel struct {
 	Errors   FieldErrors
 	Idle     time.Duration
 	Max      time.Duration
+	// MustChange: the password is one-time; nothing else is reachable.
+	MustChange bool
 }
 
 func (s *Service) accountPage(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +41,9 @@ func (s *Service) accountPage(w http.ResponseWriter, r *http.Request) {
 func (s *Service) renderAccount(w http.ResponseWriter, r *http.Request, status int, fe FieldErrors) {
 	u := auth.UserFrom(r.Context())
 	m := accountModel{Errors: fe, Idle: s.d.SessionIdle, Max: s.d.SessionMax}
+	if se := sessionFrom(r.Context()); se != nil {
+		m.MustChange = se.MustChange
+	}
 	var err error
 	if m.User, err = UserByID(r.Context(), s.d.DB, u.ID); err != nil {
 		s.fail(w, r, err)
@@ -67,17 +73,42 @@ func actor(r *http.Request) audit.Entry {
 
 func (s *Service) changePassword(w http.ResponseWriter, r *http.Request) {
 	u := auth.UserFrom(r.Context())
-	err := ChangePassword(r.Context(), s.d.DB, u.ID, r.PostFormValue("current"), r.PostFormValue("password"), actor(r))
+	// The current password is a guess like any other: the sign-in's rule,
+	// on the sign-in's own key, so the two share one budget.
+	acctKey, addrKey := "acct:"+strings.ToLower(u.Email), "addr:"+clientIP(r)
+	wait, err := admit(r.Context(), s.d.DB, s.d.Clock.Now(), acctKey, addrKey)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if wait > 0 {
+		retryAfter(w, wait)
+		s.renderAccount(w, r, http.StatusTooManyRequests, FieldErrors{"current": "too many attempts; try again in " + waitText(wait)})
+		return
+	}
+	err = ChangePassword(r.Context(), s.d.DB, u.ID, r.PostFormValue("current"), r.PostFormValue("password"), u.SessionID, actor(r))
 	var fe FieldErrors
 	if errors.As(err, &fe) {
+		if _, wrong := fe["current"]; !wrong {
+			_ = succeeded(r.Context(), s.d.DB, acctKey) // the current password was right
+		}
 		s.renderAccount(w, r, http.StatusUnprocessableEntity, fe)
+		return
+	}
+	if errors.Is(err, errHashBusy) {
+		retryAfter(w, hashBusyRetry)
+		s.renderAccount(w, r, http.StatusServiceUnavailable, FieldErrors{"current": "the console is busy; try again in a few seconds"})
 		return
 	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	auth.Flash(w, "ok", "Your password was changed.")
+	if err := succeeded(r.Context(), s.d.DB, acctKey); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	auth.Flash(w, "ok", "Your password was changed. Your other sessions were signed out.")
 	http.Redirect(w, r, "/account", http.StatusSeeOther)
 }
 

@@ -33,13 +33,17 @@ type session struct {
 	Email       string
 	Role        auth.Role
 	MFAOK       bool
-	EnrolSecret string
-	TOTPSecret  string
-	LastStep    int64
-	CreatedAt   time.Time
-	LastSeen    time.Time
-	ExpiresAt   time.Time
-	Disabled    bool
+	EnrolSecret string // opened
+	TOTPSecret  string // opened
+	// totpStored is the seed as stored (sealed): what a conditional
+	// UPDATE compares, so a seed changed meanwhile is not overwritten.
+	totpStored string
+	LastStep   int64
+	MustChange bool
+	CreatedAt  time.Time
+	LastSeen   time.Time
+	ExpiresAt  time.Time
+	Disabled   bool
 }
 
 func newToken() (token string, hash []byte) {
@@ -147,18 +151,20 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// lookup returns the live session of a token; an expired or idle one is ended.
-func (s *Service) lookup(ctx context.Context, token string) (*session, error) {
+// lookup returns the live session of a token; an expired or idle one is
+// ended. active says whether the request counts as the user's activity
+// (see background).
+func (s *Service) lookup(ctx context.Context, token string, active bool) (*session, error) {
 	if token == "" {
 		return nil, nil
 	}
 	var se session
 	var role string
 	err := s.d.DB.QueryRow(ctx, `SELECT s.id::text, s.user_id::text, u.email, u.role, s.mfa_ok, COALESCE(s.enrol_secret, ''),
-			COALESCE(u.totp_secret, ''), u.totp_last_step, s.created_at, s.last_seen_at, s.expires_at, u.disabled_at IS NOT NULL
+			COALESCE(u.totp_secret, ''), u.totp_last_step, u.must_change_password, s.created_at, s.last_seen_at, s.expires_at, u.disabled_at IS NOT NULL
 		FROM sessions s JOIN users u ON u.id = s.user_id
 		WHERE s.token_hash = $1 AND s.ended_at IS NULL`, hashToken(token)).
-		Scan(&se.ID, &se.UserID, &se.Email, &role, &se.MFAOK, &se.EnrolSecret, &se.TOTPSecret, &se.LastStep,
+		Scan(&se.ID, &se.UserID, &se.Email, &role, &se.MFAOK, &se.EnrolSecret, &se.totpStored, &se.LastStep, &se.MustChange,
 			&se.CreatedAt, &se.LastSeen, &se.ExpiresAt, &se.Disabled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -167,6 +173,12 @@ func (s *Service) lookup(ctx context.Context, token string) (*session, error) {
 		return nil, fmt.Errorf("account: session: %w", err)
 	}
 	se.Role = auth.Role(role)
+	if se.TOTPSecret, err = openSeed(s.d.Vault, se.totpStored, totpContext(se.UserID)); err != nil {
+		return nil, err
+	}
+	if se.EnrolSecret, err = openSeed(s.d.Vault, se.EnrolSecret, enrolContext(se.ID)); err != nil {
+		return nil, err
+	}
 	now := s.d.Clock.Now()
 	idle := s.d.SessionIdle
 	if !se.MFAOK {
@@ -178,12 +190,44 @@ func (s *Service) lookup(ctx context.Context, token string) (*session, error) {
 	}
 	// A write per request would be a write per page view; a minute's
 	// resolution is plenty for an idle timeout counted in minutes.
-	if now.Sub(se.LastSeen) >= time.Minute {
+	if active && now.Sub(se.LastSeen) >= time.Minute {
 		if _, err := s.d.DB.Exec(ctx, `UPDATE sessions SET last_seen_at = $2 WHERE id::text = $1`, se.ID, now); err != nil {
 			return nil, fmt.Errorf("account: touch session: %w", err)
 		}
 	}
 	return &se, nil
+}
+
+// background reports whether a request is the page refreshing itself, not
+// the user: htmx GETs are the console's polling (live rows and figures every
+// few seconds) and load-time fragments; every click, form and navigation is
+// a plain request or a POST. A tab left open must not keep a session alive
+// past its idle timeout.
+func background(r *http.Request) bool {
+	return r.Header.Get("HX-Request") == "true" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
+}
+
+// mustChangeAllowed lists what a user with a one-time password reaches:
+// the account page to replace it, and signing out.
+func mustChangeAllowed(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/account", "/account/password", "/signout", auth.SignInPath, auth.MFAPath:
+		return true
+	}
+	return false
+}
+
+// mustChangeFirst sends the user to the account page to choose a password.
+func mustChangeFirst(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("HX-Request") == "true" {
+		w.Header().Set("HX-Redirect", "/account")
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		http.Redirect(w, r, "/account", http.StatusSeeOther)
+		return
+	}
+	auth.ErrorPage(w, r, http.StatusForbidden, "Choose your password first",
+		"Your password was set by someone else. Choose your own on the Account page before doing anything else.")
 }
 
 type sessionKey struct{}
@@ -199,7 +243,7 @@ func (s *Service) Middleware(next http.Handler) http.Handler {
 		// The cookie is not registered as a secret before it is verified:
 		// anyone can send any value, and a registered value is blanked out
 		// of every log line (an attacker would erase their address).
-		se, err := s.lookup(r.Context(), token)
+		se, err := s.lookup(r.Context(), token, !background(r))
 		if err != nil {
 			s.d.Log.Error("session lookup failed", "err", err, "path", r.URL.Path)
 			auth.ServerError(w, r)
@@ -219,6 +263,10 @@ func (s *Service) Middleware(next http.Handler) http.Handler {
 				auth.ServerError(w, r)
 				return
 			}
+		}
+		if se.MFAOK && se.MustChange && !mustChangeAllowed(r) {
+			mustChangeFirst(w, r)
+			return
 		}
 		ctx := auth.WithUser(r.Context(), u)
 		ctx = context.WithValue(ctx, sessionKey{}, se)

@@ -208,7 +208,8 @@ func (s *Service) mfaModel(r *http.Request, se *session, next string) (mfaModel,
 			return m, err
 		}
 		secret = k.Secret()
-		if _, err := s.d.DB.Exec(r.Context(), `UPDATE sessions SET enrol_secret = $2 WHERE id::text = $1`, se.ID, secret); err != nil {
+		if _, err := s.d.DB.Exec(r.Context(), `UPDATE sessions SET enrol_secret = $2 WHERE id::text = $1`, se.ID,
+			sealSeed(s.d.Vault, secret, enrolContext(se.ID))); err != nil {
 			return m, fmt.Errorf("account: enrol: %w", err)
 		}
 		se.EnrolSecret = secret
@@ -285,10 +286,11 @@ func (s *Service) mfaSubmit(w http.ResponseWriter, r *http.Request) {
 			// Accept a step only above the last one accepted: a code seen
 			// over a shoulder or replayed from a log is refused.
 			q := `UPDATE users SET totp_last_step = $2 WHERE id::text = $1 AND totp_last_step < $2 AND totp_secret = $3 AND disabled_at IS NULL`
-			args := []any{se.UserID, step, secret}
+			args := []any{se.UserID, step, se.totpStored}
 			if enrol {
 				q = `UPDATE users SET totp_last_step = GREATEST(totp_last_step, $2), totp_secret = $3, updated_at = now()
 					WHERE id::text = $1 AND totp_secret IS NULL AND totp_last_step < $2 AND disabled_at IS NULL`
+				args[2] = sealSeed(s.d.Vault, secret, totpContext(se.UserID))
 			}
 			tag, err := tx.Exec(r.Context(), q, args...)
 			if err != nil {

@@ -47,6 +47,9 @@ type NewUser struct {
 	Email    string
 	Role     auth.Role
 	Password string
+	// MustChange makes the password one-time: someone else chose it (the
+	// CLI, an admin), so the user must replace it at the first sign-in.
+	MustChange bool
 }
 
 // normaliseEmail returns the address alone, trimmed, or "" when invalid.
@@ -82,8 +85,8 @@ func CreateUser(ctx context.Context, pool *pgxpool.Pool, in NewUser, by audit.En
 	}
 	u := User{Email: email, Role: in.Role}
 	err = audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `INSERT INTO users (email, role, password_hash) VALUES ($1, $2, $3) RETURNING id::text, created_at`,
-			email, string(in.Role), hash).Scan(&u.ID, &u.CreatedAt)
+		err := tx.QueryRow(ctx, `INSERT INTO users (email, role, password_hash, must_change_password) VALUES ($1, $2, $3, $4)
+			RETURNING id::text, created_at`, email, string(in.Role), hash, in.MustChange).Scan(&u.ID, &u.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -176,8 +179,11 @@ func ResetMFA(ctx context.Context, pool *pgxpool.Pool, userID string, by audit.E
 	})
 }
 
-// ChangePassword replaces a user's password after checking the current one.
-func ChangePassword(ctx context.Context, pool *pgxpool.Pool, userID, current, next string, by audit.Entry) error {
+// ChangePassword replaces a user's password after checking the current one,
+// and ends every other session of the user (whoever knew the old password
+// is signed out); keepSession, the session making the change, stays. The
+// caller throttles the check (admit) like a sign-in.
+func ChangePassword(ctx context.Context, pool *pgxpool.Pool, userID, current, next, keepSession string, by audit.Entry) error {
 	var email, hash string
 	if err := pool.QueryRow(ctx, `SELECT email, password_hash FROM users WHERE id::text = $1`, userID).Scan(&email, &hash); err != nil {
 		return fmt.Errorf("account: change password: %w", err)
@@ -197,10 +203,14 @@ func ChangePassword(ctx context.Context, pool *pgxpool.Pool, userID, current, ne
 		return err
 	}
 	return audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE users SET password_hash = $2, updated_at = now() WHERE id::text = $1`, userID, h); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE users SET password_hash = $2, must_change_password = false, updated_at = now() WHERE id::text = $1`, userID, h); err != nil {
 			return fmt.Errorf("account: change password: %w", err)
 		}
-		by.Action, by.Target = "user.password_changed", email
+		tag, err := tx.Exec(ctx, `UPDATE sessions SET ended_at = now() WHERE user_id::text = $1 AND id::text <> $2 AND ended_at IS NULL`, userID, keepSession)
+		if err != nil {
+			return fmt.Errorf("account: change password: %w", err)
+		}
+		by.Action, by.Target, by.Detail = "user.password_changed", email, map[string]any{"other_sessions_ended": tag.RowsAffected()}
 		return audit.Append(ctx, tx, by)
 	})
 }
@@ -257,16 +267,21 @@ func SetGrants(ctx context.Context, pool *pgxpool.Pool, userID string, tenantIDs
 
 // ResetPassword sets a new password without the current one (an
 // administrator's reset, or the demo's fresh one-time sign-in), enables the
-// user again and is audited; the caller shows the password once.
-func ResetPassword(ctx context.Context, pool *pgxpool.Pool, userID, password string, by audit.Entry) error {
+// user again and is audited; the caller shows the password once. With
+// mustChange (an admin's reset), the user must replace it at the next
+// sign-in; the user's sessions end either way.
+func ResetPassword(ctx context.Context, pool *pgxpool.Pool, userID, password string, mustChange bool, by audit.Entry) error {
 	h, err := hashPassword(password)
 	if err != nil {
 		return err
 	}
 	return audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
 		var email string
-		if err := tx.QueryRow(ctx, `UPDATE users SET password_hash = $2, disabled_at = NULL, updated_at = now()
-			WHERE id::text = $1 RETURNING email`, userID, h).Scan(&email); err != nil {
+		if err := tx.QueryRow(ctx, `UPDATE users SET password_hash = $2, must_change_password = $3, disabled_at = NULL, updated_at = now()
+			WHERE id::text = $1 RETURNING email`, userID, h, mustChange).Scan(&email); err != nil {
+			return fmt.Errorf("account: reset password: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET ended_at = now() WHERE user_id::text = $1 AND ended_at IS NULL`, userID); err != nil {
 			return fmt.Errorf("account: reset password: %w", err)
 		}
 		by.Action, by.Target = "user.password_reset", email

@@ -54,7 +54,8 @@ func (s *Service) renderUsers(w http.ResponseWriter, r *http.Request, status int
 }
 
 func (s *Service) createUser(w http.ResponseWriter, r *http.Request) {
-	in := NewUser{Email: r.PostFormValue("email"), Role: auth.Role(r.PostFormValue("role")), Password: r.PostFormValue("password")}
+	// The admin typed it: a one-time password, replaced at first sign-in.
+	in := NewUser{Email: r.PostFormValue("email"), Role: auth.Role(r.PostFormValue("role")), Password: r.PostFormValue("password"), MustChange: true}
 	u, err := CreateUser(r.Context(), s.d.DB, in, actor(r))
 	var fe FieldErrors
 	if errors.As(err, &fe) {
@@ -66,7 +67,7 @@ func (s *Service) createUser(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	auth.Flash(w, "ok", "User "+u.Email+" was created. They set up two-factor authentication at their first sign-in.")
+	auth.Flash(w, "ok", "User "+u.Email+" was created. They set up two-factor authentication and choose their own password at their first sign-in.")
 	http.Redirect(w, r, "/admin/users", http.StatusSeeOther)
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -84,6 +86,8 @@ func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "b1", Kind: KindActor,
 		Settings: map[string]string{SettingMarginMS: "500"}})
 	p.leaseFor = 3 * time.Second
+	// The board honours keys, and the tenant's setting says so.
+	require.NoError(t, p.claims.SetHonoursIdempotency(ctx, audit.Entry{Actor: "admin"}, p.tenant, "sandbox", true))
 	runAgent(t, p, "")
 	p.waitConnected(t)
 	p.event(t, "session_refreshed", 30*time.Second)
@@ -96,7 +100,9 @@ func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 	require.Equal(t, wire.ResultConfirmed, o.Result, o.Detail)
 	bk := s.Bookings("acme")
 	require.Len(t, bk, 1)
-	require.Equal(t, o.OperationID, bk[0].IdempotencyKey, "the browser's request carried the operation id")
+	var bookingKey string
+	require.NoError(t, db.TenantRow(ctx, p.db.App, p.tenant, `SELECT booking_key::text FROM claim_jobs WHERE job_key = $1`, loads[0].ID).Scan(&bookingKey))
+	require.Equal(t, bookingKey, bk[0].IdempotencyKey, "the browser's request carried the job's booking key")
 
 	testHookPaused = func(key string) {
 		if key == loads[1].ID {

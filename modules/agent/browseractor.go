@@ -20,9 +20,9 @@ var testHookPaused func(key string)
 
 // bookingAction is the one booking a browser actor is making.
 type bookingAction struct {
-	key, opID string
-	gate      platform.Gate
-	done      chan platform.BookResult // capacity 1
+	key, idemKey string // idemKey: the Idempotency-Key the request gets
+	gate         platform.Gate
+	done         chan platform.BookResult // capacity 1
 
 	mu        sync.Mutex
 	closed    bool // timed out: any request now paused is failed
@@ -121,7 +121,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 				for k, v := range e.Request.Headers {
 					headers = append(headers, &proto.FetchHeaderEntry{Name: k, Value: v.Str()})
 				}
-				headers = append(headers, &proto.FetchHeaderEntry{Name: hn, Value: act.opID})
+				headers = append(headers, &proto.FetchHeaderEntry{Name: hn, Value: act.idemKey})
 			}
 			if err := (proto.FetchContinueRequest{RequestID: e.RequestID, Headers: headers}).Call(page); err != nil {
 				act.finish(platform.BookResult{Result: wire.ResultUnknown, SentAt: act.sentAt,
@@ -192,8 +192,8 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 	})
 	defer unregister()
 
-	book := func(actx context.Context, key, opID string, gate platform.Gate) platform.BookResult {
-		act := &bookingAction{key: key, opID: opID, gate: gate, done: make(chan platform.BookResult, 1)}
+	book := func(actx context.Context, key, idemKey string, gate platform.Gate) platform.BookResult {
+		act := &bookingAction{key: key, idemKey: idemKey, gate: gate, done: make(chan platform.BookResult, 1)}
 		mu.Lock()
 		cur = act
 		mu.Unlock()
@@ -236,7 +236,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 		case <-tick:
 			tick = env.Clock.After(every)
 		case o := <-env.Claims.Offers():
-			res, acted := actOn(ctx, h, env, o, book)
+			res, acted := actOn(ctx, h, env, ps.ad, o, book)
 			if acted && res.Captcha {
 				return env.needsPerson(ctx, "the booking of "+o.Job.Key+" was answered with a captcha", ps.screenshot())
 			}

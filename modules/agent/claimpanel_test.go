@@ -187,6 +187,7 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		case err == nil:
 			res.Granted, res.Token, res.OperationID = true, l.Token, l.OperationID
 			res.RemainingMillis, res.HardTimeoutMillis = l.Remaining.Milliseconds(), p.hardMS
+			res.BookingKey, res.KeysHonoured = l.BookingKey, l.KeysHonoured
 		case errors.Is(err, claim.ErrNotGranted):
 			res.Reason = wire.ReasonHeld
 		case errors.As(err, new(*claim.Refusal)):
@@ -216,11 +217,21 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		if p.noAck.Load() {
 			return
 		}
+		// Answered as the panel's engine and gateway answer (claim.Engine.Outcome,
+		// claim.Disposition): a refusal is definitive, a failed statement
+		// transient.
 		ack := wire.OutcomeAck{RequestID: m.RequestID, OK: err == nil}
-		if err != nil {
-			ack.Reason = err.Error()
+		var r *claim.Refusal
+		switch {
+		case err == nil:
+		case errors.As(err, &r) && r.Reason == claim.ReasonWrongState:
+			ack.OK, ack.Reason = true, wire.ReasonWrongState
+		case errors.As(err, &r):
+			ack.Reason = r.Reason
+		default:
+			ack.Reason = wire.ReasonInternal
 		}
-		_ = p.send(ack)
+		_ = p.send(claim.Disposition(ack))
 	case wire.Event:
 		p.events <- m
 	case wire.LookupResult:
@@ -231,8 +242,10 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 // offer sends an offer for a board load.
 func (p *claimPanel) offer(t *testing.T, l *board.Load) {
 	t.Helper()
+	keys, err := p.claims.HonoursIdempotency(context.Background(), p.tenant)
+	require.NoError(t, err)
 	require.NoError(t, p.send(wire.Offer{OfferID: uuid(), Job: wire.Job{Key: l.ID, PublishedAt: l.PublishedAt, ExpiresAt: l.ExpiresAt},
-		QueuedAt: time.Now(), Cell: "a"}))
+		QueuedAt: time.Now(), Cell: "a", KeysHonoured: keys}))
 }
 
 func (p *claimPanel) waitConnected(t *testing.T) {

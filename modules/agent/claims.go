@@ -37,6 +37,31 @@ type Claims struct {
 	pending map[string]chan wire.Message
 	live    map[string]bool // operation ids being acted on by this process
 	dropped int
+	// keysWarned: when each worker last reported an idempotency mismatch.
+	keysWarned map[string]time.Time
+	// retries counts the transient answers per queued report (backoff).
+	retries map[string]int
+}
+
+// speaks reports whether the live connection speaks protocol v or later.
+func (c *Claims) speaks(v int) bool {
+	s := c.a.current()
+	return s != nil && s.version >= v
+}
+
+// warnKeys rate-limits the idempotency mismatch report to one a minute per
+// worker (every offer would repeat it).
+func (c *Claims) warnKeys(worker string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keysWarned == nil {
+		c.keysWarned = map[string]time.Time{}
+	}
+	if last, ok := c.keysWarned[worker]; ok && now.Sub(last) < time.Minute {
+		return false
+	}
+	c.keysWarned[worker] = now
+	return true
 }
 
 func newClaims(a *agent) *Claims {
@@ -235,15 +260,81 @@ func (c *Claims) reportUnjournaled(ctx context.Context, o wire.Outcome) error {
 	return c.send(context.WithoutCancel(ctx), o)
 }
 
-// ack handles an outcome_ack: the report leaves the outbox.
+// ack handles an outcome_ack. The report leaves the outbox only when the
+// panel applied it or refused it for good; a transient failure (the panel's
+// database unavailable, its replica going away) keeps it, and it is sent
+// again after a backoff on the agent's clock (1 s doubling to 1 min) — the
+// same body, so its timestamps survive the retry. A v3 panel's answer has no
+// disposition: an internal failure is treated as transient, anything else
+// as final.
 func (c *Claims) ack(ctx context.Context, a wire.OutcomeAck) {
+	transient := a.Disposition == wire.AckTransient || (a.Disposition == "" && !a.OK && a.Reason == wire.ReasonInternal)
+	if transient {
+		c.retryOutcome(ctx, a.RequestID)
+		c.deliver(a.RequestID, a)
+		return
+	}
 	if !a.OK {
 		c.a.log.Warn("agent: the panel refused an outcome", "request", a.RequestID, "reason", a.Reason)
 	}
+	c.mu.Lock()
+	delete(c.retries, a.RequestID)
+	c.mu.Unlock()
 	if err := c.a.store.DeleteOutbox(ctx, a.RequestID); err != nil {
 		c.a.log.Error("agent: outbox", "err", err)
 	}
 	c.deliver(a.RequestID, a)
+}
+
+// outboxBackoff is the wait before the n-th resend (1-based) of a report the
+// panel could not record: 1 s doubling, capped at a minute.
+func outboxBackoff(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// retryOutcome sends the queued report requestID again after its backoff,
+// if it is still queued and the agent still runs. One resend is pending per
+// report at a time; a reconnect sends every queued report anyway.
+func (c *Claims) retryOutcome(ctx context.Context, requestID string) {
+	c.mu.Lock()
+	if c.retries == nil {
+		c.retries = map[string]int{}
+	}
+	c.retries[requestID]++
+	n := c.retries[requestID]
+	c.mu.Unlock()
+	wait := outboxBackoff(n)
+	c.a.log.Warn("agent: the panel could not record an outcome now; it stays queued and is sent again",
+		"request", requestID, "attempt", n, "retry_in", wait)
+	go func() {
+		select {
+		case <-c.a.cfg.Clock.After(wait):
+		case <-ctx.Done():
+			return
+		}
+		queued, err := c.a.store.Outbox(ctx)
+		if err != nil {
+			c.a.log.Error("agent: outbox", "err", err)
+			return
+		}
+		for _, q := range queued {
+			if q.RequestID != requestID {
+				continue
+			}
+			var o wire.Outcome
+			if err := json.Unmarshal(q.Body, &o); err != nil {
+				return
+			}
+			if err := c.send(ctx, o); err != nil {
+				c.a.log.Info("agent: queued outcome not sent now; it goes with the next connection", "request", requestID, "err", err)
+			}
+			return
+		}
+	}()
 }
 
 // recover runs on every welcome: journal entries in flight that this

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -16,13 +18,15 @@ import (
 
 // The HTTP actor signs in over HTTP, takes an offer, wins the lease in
 // Postgres, starts acting through the fenced statement, books with the
-// operation id as the Idempotency-Key, and reports CONFIRMED; a second
+// job's booking key as the Idempotency-Key, and reports CONFIRMED; a second
 // offer for the same load is not leased again; a look-up answers from the
 // signed-in session with proof of completeness.
 func TestHTTPActorBooks(t *testing.T) {
 	ctx := context.Background()
 	s, creds := boardAccount(t, func(c *board.Config) { c.IdempotencyKeys = true })
 	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "h1", Kind: KindHTTPActor})
+	// The board honours keys, and the tenant's setting says so.
+	require.NoError(t, p.claims.SetHonoursIdempotency(ctx, audit.Entry{Actor: "admin"}, p.tenant, "sandbox", true))
 	stateDir := filepath.Join(t.TempDir(), "state")
 	stop, logs := runAgent(t, p, stateDir)
 	p.waitConnected(t)
@@ -44,7 +48,10 @@ func TestHTTPActorBooks(t *testing.T) {
 	bk := s.Bookings("acme")
 	require.Len(t, bk, 1)
 	require.Equal(t, loads[0].ID, bk[0].LoadID)
-	require.Equal(t, c.OperationID, bk[0].IdempotencyKey, "the operation id travels as the idempotency key")
+	var bookingKey string
+	require.NoError(t, db.TenantRow(ctx, p.db.App, p.tenant, `SELECT booking_key::text FROM claim_jobs WHERE job_key = $1`, loads[0].ID).Scan(&bookingKey))
+	require.Equal(t, bookingKey, bk[0].IdempotencyKey, "the job's booking key travels as the idempotency key")
+	require.NotEqual(t, c.OperationID, bk[0].IdempotencyKey, "not the lease's operation id")
 
 	// The same job offered again: Postgres refuses a second lease.
 	p.offer(t, loads[0])

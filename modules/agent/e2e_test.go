@@ -76,6 +76,9 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 	// One filter that wants every load.
 	e.eng, err = claim.NewEngine(claim.NewStore(d.App, nil), claim.Config{})
 	require.NoError(t, err)
+	// The board honours keys, and the tenant's setting says so (or the
+	// agents refuse to claim).
+	require.NoError(t, e.eng.SetHonoursIdempotency(ctx, ops, e.tenant, claim.DefaultPlatform, true))
 	_, err = e.eng.PutFilter(ctx, ops, e.tenant, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 

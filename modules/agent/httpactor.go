@@ -50,7 +50,7 @@ func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) erro
 				return err
 			}
 		case o := <-env.Claims.Offers():
-			res, acted := actOn(ctx, h, env, o, sess.Book)
+			res, acted := actOn(ctx, h, env, ad, o, sess.Book)
 			if !acted {
 				continue
 			}

@@ -159,9 +159,25 @@ func toHTTPCookies(cs []store.Cookie) []*http.Cookie {
 // errCaptcha stops an actor until a person helps.
 var errCaptcha = errors.New("agent: captcha")
 
-// booker books one job with the worker's warm session, calling gate at the
-// last moment before the request leaves.
-type booker func(ctx context.Context, key, operationID string, gate platform.Gate) platform.BookResult
+// booker books one job with the worker's warm session, sending idemKey as
+// the idempotency key and calling gate at the last moment before the
+// request leaves.
+type booker func(ctx context.Context, key, idemKey string, gate platform.Gate) platform.BookResult
+
+// keysAgree checks the tenant's idempotency setting against the platform's
+// own status (platform.CheckKeys). On a mismatch or a failed read it
+// reports an error event (at most once a minute per worker) and says no.
+func (env WorkerEnv) keysAgree(ctx context.Context, ad platform.Adapter, honoured bool) bool {
+	err := platform.CheckKeys(ctx, ad, honoured)
+	if err == nil {
+		return true
+	}
+	if env.Claims.warnKeys(env.Spec.Name, env.Clock.Now()) {
+		env.Log.Error("agent: refusing to claim", "err", err)
+		env.event(wire.LevelError, "idempotency_mismatch", "refusing to claim: "+err.Error(), nil)
+	}
+	return false
+}
 
 // errDeadline is the gate's refusal.
 var errDeadline = errors.New("agent: local lease deadline passed")
@@ -175,7 +191,7 @@ var errDeadline = errors.New("agent: local lease deadline passed")
 //  6. journal and report the outcome (UNKNOWN for anything uncertain).
 //
 // It returns the booking result when an action happened.
-func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offer, book booker) (platform.BookResult, bool) {
+func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform.Adapter, o wire.Offer, book booker) (platform.BookResult, bool) {
 	worker := env.Spec.Name
 	log := env.Log.With("key", o.Job.Key)
 	// The offer in hand is the actor's task until it is done with it: an
@@ -184,6 +200,10 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 	h.OldestTask(env.Clock.Now())
 	defer h.OldestTask(time.Time{})
 	if env.Paused() {
+		return platform.BookResult{}, false
+	}
+	if env.Claims.speaks(wire.V4) && !env.keysAgree(ctx, ad, o.KeysHonoured) {
+		// The tenant's setting and the platform disagree: claim nothing.
 		return platform.BookResult{}, false
 	}
 	if !o.Job.ExpiresAt.IsZero() && !env.Clock.Now().Before(o.Job.ExpiresAt) {
@@ -198,6 +218,11 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 		return platform.BookResult{}, false
 	}
 	if !lease.Granted {
+		return platform.BookResult{}, false
+	}
+	if lease.BookingKey != "" && !env.keysAgree(ctx, ad, lease.KeysHonoured) {
+		// Checked again against the setting the lease was granted under;
+		// the lease expires unused (released by the panel's sweep).
 		return platform.BookResult{}, false
 	}
 	deadline := lease.Deadline(margin)
@@ -243,7 +268,13 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, o wire.Offe
 		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
 	}
 	actx, cancel := context.WithTimeout(ctx, hard)
-	res := book(actx, o.Job.Key, opID, env.gateStop.wrap(gate))
+	// The job's booking key is the Idempotency-Key of every attempt; a v3
+	// panel sends none, and then the operation id is (the old rule).
+	idem := lease.BookingKey
+	if idem == "" {
+		idem = opID
+	}
+	res := book(actx, o.Job.Key, idem, env.gateStop.wrap(gate))
 	cancel()
 	if res.Result == "" {
 		res.Result = wire.ResultUnknown

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/views"
@@ -138,7 +139,7 @@ func (d Deps) resolve(w http.ResponseWriter, r *http.Request, tenant, back strin
 		if closed, err = resolve(r.Context(), tx, tenant, kind, key, u.Email, time.Time{}); err != nil || !closed {
 			return err
 		}
-		return audit.Append(r.Context(), tx, audit.Entry{ActorID: u.ID, Actor: u.Email, IP: r.RemoteAddr,
+		return audit.Append(r.Context(), tx, audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r),
 			Action: "alarm.resolve", Target: kind + " " + key, Detail: map[string]any{"alarm_id": id}})
 	})
 	switch {

@@ -163,6 +163,13 @@ func TenantFrom(ctx context.Context) (Tenant, bool) {
 	return t, ok
 }
 
+// WithTenant returns ctx carrying t as the route's tenant: for a handler on
+// a tenant's route guarded by an installation-wide permission, after it
+// checked that the user reaches t.
+func WithTenant(ctx context.Context, t Tenant) context.Context {
+	return context.WithValue(ctx, tenantKey{}, t)
+}
+
 // Guarded is a handler with its declared permission. Every console route is
 // one (the route-walk test fails otherwise).
 type Guarded struct {

@@ -56,6 +56,7 @@ func (h *handler) routes() http.Handler {
 	mux.HandleFunc("GET /captcha", page(h.captchaPage))
 	mux.HandleFunc("POST /captcha", page(h.captchaPost))
 	mux.HandleFunc("GET /api/session", page(h.apiSession))
+	mux.HandleFunc("GET /api/platform", page(h.apiPlatform))
 	mux.HandleFunc("GET /api/loads", page(h.apiLoads))
 	mux.HandleFunc("GET /api/bookings", page(h.apiBookings))
 	// The book endpoint rolls its own 5xx after counting the request.
@@ -248,6 +249,13 @@ func (h *handler) apiSession(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"signed_in": true, "account": si.Account, "client": si.Client,
 		"csrf_token": si.CSRFToken, "expires_at": si.ExpiresAt})
+}
+
+// apiPlatform states the board's booking rules a client may rely on (no
+// sign-in needed): whether it honours the Idempotency-Key header.
+func (h *handler) apiPlatform(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"idempotency_keys": h.b.cfg.IdempotencyKeys,
+		"server_time": h.b.clk.Now().UTC()})
 }
 
 func queryInt(r *http.Request, name string, def, lo, hi int64) (int64, bool) {

@@ -145,6 +145,10 @@ type Engine struct {
 	fmu     sync.Mutex
 	filters map[string]cachedFilters
 
+	// keys caches each tenant's idempotency setting for offers (bookingkey.go).
+	kmu  sync.Mutex
+	keys map[string]cachedKeys
+
 	// watchChecked: when each tenant's lost watches were last looked for.
 	smu          sync.Mutex
 	watchChecked map[string]time.Time
@@ -317,7 +321,8 @@ func (e *Engine) publish(ctx context.Context, cellName, tenant string, j wire.Jo
 	if cells == nil {
 		return errors.New("claim: no cells attached")
 	}
-	return cells.Publish(ctx, cellName, tenant, wire.Offer{OfferID: newID(), Job: j, SeenAt: seen, QueuedAt: queued, Cell: cellName})
+	return cells.Publish(ctx, cellName, tenant, wire.Offer{OfferID: newID(), Job: j, SeenAt: seen, QueuedAt: queued, Cell: cellName,
+		KeysHonoured: e.keysHonoured(ctx, tenant)})
 }
 
 // Deliver hands an offer from the cell's pub/sub to this replica's actors.
@@ -457,6 +462,7 @@ func (e *Engine) lease(ctx context.Context, tenant string, h Holder, r wire.Leas
 	}
 	e.m.leases.WithLabelValues("granted").Inc()
 	res.Granted, res.Token, res.OperationID = true, l.Token, l.OperationID
+	res.BookingKey, res.KeysHonoured = l.BookingKey, l.KeysHonoured
 	res.RemainingMillis = l.Remaining.Milliseconds()
 	res.HardTimeoutMillis = e.cfg.HardTimeout.Milliseconds()
 	return res
@@ -545,16 +551,17 @@ func (e *Engine) Outcome(ctx context.Context, tenant string, h Holder, o wire.Ou
 	return ack
 }
 
-// AgentLost makes the agent's ACTING claims UNKNOWN (each with its reconcile
-// job) and releases its LEASED ones. The gateway calls it when an agent's
-// connection ends.
-func (e *Engine) AgentLost(ctx context.Context, tenant, agentID string) error {
-	res, err := e.store.AgentLost(ctx, tenant, agentID)
+// AgentLost makes the ACTING claims of one agent connection UNKNOWN (each
+// with its reconcile job) and releases its LEASED ones. The gateway calls it
+// when an agent's connection ends; claims of the same agent's newer
+// connection are not touched (connID empty: every claim of the agent).
+func (e *Engine) AgentLost(ctx context.Context, tenant, agentID, connID string) error {
+	res, err := e.store.AgentLost(ctx, tenant, agentID, connID)
 	if err != nil {
 		return err
 	}
 	if len(res.Unknown)+len(res.Released) > 0 {
-		e.log.Info("agent lost: claims settled", "tenant", tenant, "agent", agentID,
+		e.log.Info("agent connection lost: its claims settled", "tenant", tenant, "agent", agentID, "conn", connID,
 			"unknown", len(res.Unknown), "released", len(res.Released))
 	}
 	return nil

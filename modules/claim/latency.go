@@ -124,7 +124,7 @@ func WriteCSV(w io.Writer, claims []Claim) error {
 	}
 	for _, c := range claims {
 		leased := c.LeasedAt
-		row := []string{c.Key, string(c.State), c.Cell, c.Holder.Worker, strconv.FormatInt(c.Token, 10),
+		row := []string{csvText(c.Key), string(c.State), csvText(c.Cell), csvText(c.Holder.Worker), strconv.FormatInt(c.Token, 10),
 			ts(c.PublishedAt), ts(c.SeenAt), ts(c.QueueAt), ts(&leased), ts(c.ActSentAt), ts(c.ConfirmedAt),
 			strconv.FormatInt(c.ClockErrorMS, 10)}
 		d := c.StageDurations()

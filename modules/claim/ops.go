@@ -82,16 +82,25 @@ type LostResult struct {
 	Released []string // keys that were only LEASED: released (acting needs the panel)
 }
 
-// AgentLost handles an agent whose connection is gone: its ACTING claims
-// become UNKNOWN with their reconcile jobs in the same transaction (the board
-// may have committed), and its LEASED claims are released — it cannot move
-// them to ACTING without the panel, so nothing of them can reach the board.
-func (s *Store) AgentLost(ctx context.Context, tenant, agent string) (LostResult, error) {
+// AgentLost handles an agent connection that is gone: the claims it holds
+// through that connection (conn; every claim of the agent when conn is
+// empty) are settled — ACTING ones become UNKNOWN with their reconcile jobs
+// in the same transaction (the board may have committed), LEASED ones are
+// released (they cannot move to ACTING without the panel, so nothing of them
+// can reach the board). Claims the same agent holds through a newer
+// connection are never touched.
+func (s *Store) AgentLost(ctx context.Context, tenant, agent, conn string) (LostResult, error) {
 	var res LostResult
+	var connArg any
+	if conn != "" {
+		connArg = conn
+	}
+	// $3 NULL: the whole agent (no connection known).
+	const ofConn = ` AND ($3::uuid IS NULL OR holder_conn = $3::uuid)`
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE claims SET state = 'UNKNOWN', outcome = 'UNKNOWN',
 			outcome_detail = 'the agent lost its connection while acting'
-			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'ACTING' RETURNING `+settledCols, tenant, agent)
+			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'ACTING'`+ofConn+` RETURNING `+settledCols, tenant, agent, connArg)
 		if err != nil {
 			return err
 		}
@@ -110,7 +119,7 @@ func (s *Store) AgentLost(ctx context.Context, tenant, agent string) (LostResult
 		}
 		rows, err = tx.Query(ctx, `UPDATE claims SET state = 'RELEASED', outcome = 'RELEASED',
 			outcome_detail = 'the agent lost its connection before acting', settled_at = clock_timestamp()
-			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'LEASED' RETURNING `+settledCols, tenant, agent)
+			WHERE tenant_id = $1 AND holder_agent = $2 AND state = 'LEASED'`+ofConn+` RETURNING `+settledCols, tenant, agent, connArg)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,10 @@ import (
 type Holder struct {
 	Agent  string // agent id (uuid)
 	Worker string // the worker's name inside that agent
+	// Conn is the agent connection the request came on (uuid; empty when
+	// unknown). A lease, and an action started, belong to it: when it ends
+	// only its claims are settled (ConnLost).
+	Conn string
 }
 
 // LeaseRequest asks for the lease of one job. The job's facts and its first
@@ -43,6 +47,12 @@ type Lease struct {
 	// granted the lease; the actor's conservative deadline starts from it.
 	Remaining time.Duration
 	Attempt   int
+	// BookingKey is the job's booking identity, the same on every lease of
+	// the job: the actor sends it as the Idempotency-Key.
+	BookingKey string
+	// KeysHonoured is the tenant's setting (HonoursIdempotency) when the
+	// lease was granted.
+	KeysHonoured bool
 }
 
 // ErrNotGranted means another worker holds the job, it is settled, or a pause
@@ -196,7 +206,8 @@ ON CONFLICT (tenant_id, target_job_key) DO UPDATE SET
     late_evidence = false, evidence_token = NULL, cleared_at = NULL
 WHERE ` + reLeasable("c", "$6") + `
 RETURNING token, operation_id::text, leased_at, lease_expires_at,
-          (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, attempts`
+          (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, attempts,
+          (SELECT booking_key::text FROM claim_jobs WHERE tenant_id = $1 AND job_key = $2), claim_keys_honoured($1)`
 
 // Lease tries to win the job for req.Holder. When it is not granted the error
 // is a *Refusal saying why (held, paused, unknown_job, filtered, cap_reached,
@@ -212,7 +223,7 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	l := Lease{Key: req.Key}
 	var remainingMS int64
 	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('app.tenant_id', $1, true)", req.Tenant)
+	b.Queue("SELECT set_config('app.tenant_id', $1, true), set_config('app.conn', $2, true)", req.Tenant, req.Holder.Conn)
 	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(), ClearanceFor.Seconds())
 	b.Queue(leaseDiagSQL, req.Tenant, req.Key, ClearanceFor.Seconds())
 	br := s.pool.SendBatch(ctx, b)
@@ -220,7 +231,8 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if _, err := br.Exec(); err != nil {
 		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
 	}
-	err := br.QueryRow().Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt)
+	err := br.QueryRow().Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt,
+		&l.BookingKey, &l.KeysHonoured)
 	if err == nil {
 		l.Remaining = time.Duration(remainingMS) * time.Millisecond
 		return l, nil
@@ -317,9 +329,9 @@ RETURNING claims.operation_id::text, claims.act_deadline`
 func (s *Store) StartActing(ctx context.Context, tenant, key string, token int64, h Holder, hardTimeout time.Duration) (ActGrant, error) {
 	var g ActGrant
 	b := &pgx.Batch{}
-	b.Queue(`SELECT set_config('app.tenant_id', $1, true),
+	b.Queue(`SELECT set_config('app.tenant_id', $1, true), set_config('app.conn', $2, true),
 		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
-		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant)
+		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant, h.Conn)
 	b.Queue(startActingSQL, tenant, key, token, h.Agent, h.Worker, hardTimeout.Seconds())
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()

@@ -57,6 +57,7 @@ func Mount(r chi.Router, d WebDeps) {
 	post("/t/{tenant}/claims/filters", auth.FleetSteer, w.putFilter)
 	post("/t/{tenant}/claims/filters/delete", auth.FleetSteer, w.deleteFilter)
 	post("/t/{tenant}/claims/reviews", auth.FleetSteer, w.decide)
+	post("/t/{tenant}/claims/platforms", auth.SettingsManage, w.platformKeys)
 
 	get("/admin/cells", auth.CellsManage, w.cellsPage)
 	post("/admin/cells", auth.CellsManage, w.putCell)
@@ -274,6 +275,10 @@ type settingsModel struct {
 	CapInput   string
 	RevInput   string
 	LimitsSent bool
+	// Platforms and whether each honours idempotency keys; CanAdmin may
+	// change that (settings.manage).
+	Platforms []PlatformSetting
+	CanAdmin  bool
 }
 
 func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
@@ -300,6 +305,10 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 	if m.Reviews, err = w.Engine.store.Reviews(ctx, at.ID, 50); err != nil {
 		return m, err
 	}
+	if m.Platforms, err = w.Engine.store.PlatformSettings(ctx, at.ID); err != nil {
+		return m, err
+	}
+	m.CanAdmin = auth.UserFrom(ctx).Has(auth.SettingsManage)
 	m.Audit, err = w.Engine.store.SettingsLog(ctx, at.ID, 20)
 	return m, err
 }

@@ -236,7 +236,7 @@ func (s *seeder) admin(ctx context.Context, reset bool) (string, error) {
 	}
 	by := s.by
 	by.Detail = map[string]any{"user_id": u.ID, "reason": "demo start with --reset-admin: new one-time password"}
-	if err := account.ResetPassword(ctx, s.p.DB, u.ID, password, by); err != nil {
+	if err := account.ResetPassword(ctx, s.p.DB, u.ID, password, false, by); err != nil {
 		return "", fmt.Errorf("demo: reset admin password: %w", err)
 	}
 	if err := account.ResetMFA(ctx, s.p.DB, u.ID, s.by); err != nil {

@@ -66,6 +66,11 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 	require.NoError(t, err)
 	p.MustElement(`[data-testid="code"]`).MustInput(code)
 	submit(p.MustElement(`[data-testid="mfa-submit"]`))
+	// The CLI's password is one-time: the console asks for a new one first.
+	require.True(t, strings.HasSuffix(p.MustInfo().URL, "/account"), p.MustInfo().URL)
+	p.MustElement(`input[name="current"]`).MustInput(password)
+	p.MustElement(`input[name="password"]`).MustInput("Quiet-Harbour-Lantern-42")
+	submit(p.MustElement(`form[action="/account/password"] button[type="submit"]`))
 
 	nav("/admin/tenants")
 	p.MustElement(`input[name="name"]`).MustInput("Acme Freight")

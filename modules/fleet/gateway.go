@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,9 +26,11 @@ type Claims interface {
 	Lease(ctx context.Context, tenant string, h claim.Holder, r wire.LeaseRequest) wire.LeaseResult
 	Act(ctx context.Context, tenant string, h claim.Holder, r wire.ActRequest) wire.ActResult
 	Outcome(ctx context.Context, tenant string, h claim.Holder, o wire.Outcome, offset wire.Estimate) wire.OutcomeAck
-	// AgentLost is told when an agent's connection ends: its actions in
-	// flight can no longer be reported and become UNKNOWN.
-	AgentLost(ctx context.Context, tenant, agentID string) error
+	// AgentLost is told when an agent's connection ends: the actions in
+	// flight on that connection can no longer be reported and become
+	// UNKNOWN. Only that connection's claims (connID), never those of the
+	// same agent's newer connection.
+	AgentLost(ctx context.Context, tenant, agentID, connID string) error
 }
 
 // GatewayConfig configures the gateway.
@@ -123,14 +126,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// answers an oversized message with a protocol error before closing;
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
-	c := &conn{g: g, ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
+	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
 		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
 	c.serve(r.Context())
 }
 
 type conn struct {
-	g       *Gateway
+	g *Gateway
+	// id names this connection (uuid): the claims leased or acted on
+	// through it carry it, so its end settles only them.
+	id      string
 	ws      *websocket.Conn
 	remote  string
 	agent   Agent
@@ -264,7 +270,7 @@ func (c *conn) serve(ctx context.Context) {
 		g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
 	}
 	if cl := g.claimEngine(); cl != nil {
-		if err := cl.AgentLost(bctx, a.Tenant, a.ID); err != nil {
+		if err := cl.AgentLost(bctx, a.Tenant, a.ID, c.id); err != nil {
 			g.log.Warn("settle a lost agent's actions", "agent", a.ID, "err", err)
 		}
 	}
@@ -527,14 +533,30 @@ func (c *conn) claim(ctx context.Context, m wire.Message) bool {
 				c.g.log.Debug("sighting refused", "agent", c.agent.ID, "err", err)
 			}
 		case wire.LeaseRequest:
-			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
+			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.ActRequest:
-			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x))
+			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.Outcome:
-			_ = c.send(ctx, cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker}, x, c.Offset()))
+			ack := claim.Disposition(cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x, c.Offset()))
+			if ack.Disposition == wire.AckTransient && c.version < wire.V4 {
+				// A v3 agent drops a report on any answer; withheld, the
+				// report stays in its outbox until its next connection.
+				c.g.log.Warn("outcome not recorded; acknowledgement withheld from a v3 agent", "agent", c.agent.ID, "key", x.Key)
+				return
+			}
+			_ = c.send(ctx, ack)
 		}
 	}()
 	return true
+}
+
+// newConnID returns a random uuid (version 4) for a connection.
+func newConnID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // Offer sends an offer to every agent of tenant connected to this replica

@@ -502,8 +502,12 @@ func (r *runner) panelFreeze(ctx context.Context) (int, string) {
 	r.mu.Lock()
 	r.stopped[p] = true
 	r.mu.Unlock()
-	if processState(pid) != 'T' {
-		r.note("%s: %s did not stop", KindPanelFreeze, p.name)
+	// The stop is delivered when the process next runs: look for a moment.
+	for look := time.Now(); processState(pid) != 'T'; time.Sleep(50 * time.Millisecond) {
+		if time.Since(look) > 3*time.Second {
+			r.note("%s: %s did not stop", KindPanelFreeze, p.name)
+			break
+		}
 	}
 	frozen := time.Now()
 	r.bg.Add(1)

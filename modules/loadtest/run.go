@@ -261,6 +261,11 @@ func (r *runner) setup(ctx context.Context) error {
 		if _, err := r.eng.PutFilter(ctx, ops, id, claim.Filter{Name: "everything", Enabled: true}); err != nil {
 			return err
 		}
+		// The tenant's setting states what the board does, or its agents
+		// refuse to claim (docs/CLAIMS.md, "One booking identity per job").
+		if err := r.eng.SetHonoursIdempotency(ctx, ops, id, claim.DefaultPlatform, bcfg.IdempotencyKeys); err != nil {
+			return err
+		}
 	}
 	if err := cell.PutCell(ctx, r.app, cell.Def{Name: "b", RedisURL: r.redis[1].URL(0)}); err != nil {
 		return err

@@ -47,6 +47,7 @@ type console struct {
 	claims *claim.Engine
 	sched  *schedule.Scheduler
 	clk    *clock.Fake
+	vault  *vault.Vault
 }
 
 type syncBuffer = testenv.SyncBuffer
@@ -84,10 +85,10 @@ func newConsoleWith(t *testing.T, trusted []netip.Prefix) *console {
 	notifier := notify.New(d.App, v, notify.Config{Log: log, HTTP: g.Client(egress.ClientOptions{MaxRedirects: -1})})
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: clock.Real{}, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Notifier: notifier, Crawl: crawl.NewService(d.App, nil, nil)})
+		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Vault: v, Notifier: notifier, Crawl: crawl.NewService(d.App, nil, nil)})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
-	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk}
+	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk, vault: v}
 }
 
 func (c *console) user(t *testing.T, email string, role auth.Role, password string) account.User {

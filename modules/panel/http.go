@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/fleetwright/fleetwright/app/vault"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +48,8 @@ type HTTPDeps struct {
 	// TrustedProxies are the peers whose X-Real-IP, X-Forwarded-For and
 	// X-Forwarded-Proto are believed (--trusted-proxies); none by default.
 	TrustedProxies []netip.Prefix
+	// Vault seals operators' TOTP seeds (the panel's secret key).
+	Vault *vault.Vault
 	// Schedules is the scheduler behind the schedules page and the
 	// overview's audit figure (nil: left out).
 	Schedules *schedule.Scheduler
@@ -88,7 +92,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))
 	}
 	shell := auth.NewShell()
-	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log})
+	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log, Vault: d.Vault})
 	r.Group(func(r chi.Router) {
 		r.Use(acct.Middleware)
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,

@@ -409,6 +409,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
+	// Operators' TOTP seeds stored in clear by an older version are sealed
+	// now that the key is at hand.
+	if n, err := account.SealStoredSeeds(ctx, p.DB, v); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	} else if n > 0 {
+		log.Info("sealed operators' TOTP seeds stored in clear", "count", n)
+	}
 	p.Fleet = fleet.NewStore(p.DB, v)
 	notifier.SetVault(v)
 	p.Gateway = fleet.NewGateway(p.Fleet, p.Claims, fleet.GatewayConfig{
@@ -438,7 +445,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: trusted, Notifier: notifier})
+		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: trusted, Vault: v, Notifier: notifier})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {

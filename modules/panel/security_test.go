@@ -4,13 +4,17 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pquerna/otp/totp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 )
@@ -108,4 +112,153 @@ func TestFleetCommandsOnAnotherTenantsAgentAnswerNotFound(t *testing.T) {
 	cmds, err := c.fleet.Pending(context.Background(), beta.ID, betaAgent)
 	require.NoError(t, err)
 	require.Empty(t, cmds, "nothing queued for the other tenant's agent")
+}
+
+// Item 7 of issue 12: a password someone else chose is one-time: at the
+// first sign-in its user reaches nothing but the account page until they
+// choose their own.
+func TestOneTimePasswordMustBeChangedAtFirstSignIn(t *testing.T) {
+	const pw, mine = "correct horse battery", "Quiet-Harbour-Lantern-42"
+	c := newConsole(t)
+	alpha := c.tenant(t, "alpha")
+	// As `admin create-user` and the Users page create them.
+	u, err := account.CreateUser(context.Background(), c.d.App, account.NewUser{Email: "new@fleet.test", Role: auth.Operator,
+		Password: pw, MustChange: true}, audit.Entry{Actor: "test"})
+	require.NoError(t, err)
+	c.grant(t, u, alpha)
+	cl := browserless()
+	c.enrolled(t, cl, "new@fleet.test", pw)
+	for _, path := range []string{"/", "/audit", "/t/alpha/fleet", "/t/alpha/claims"} {
+		res, _ := do(t, cl, "GET", c.srv.URL+path, nil)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, path)
+		require.Equal(t, "/account", res.Header.Get("Location"), path)
+	}
+	res, _ := do(t, cl, "POST", c.srv.URL+"/t/alpha/claims/pause", url.Values{"paused": {"true"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, body := do(t, cl, "GET", c.srv.URL+"/account", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="must-change"`)
+
+	res, _ = do(t, cl, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {mine}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, cl, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	res, body = do(t, cl, "GET", c.srv.URL+"/account", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.NotContains(t, body, `data-testid="must-change"`)
+}
+
+// Item 8 of issue 12: changing one's password signs out one's other
+// sessions, and the current-password check is throttled like a sign-in.
+func TestChangingPasswordEndsOtherSessionsAndIsThrottled(t *testing.T) {
+	const pw, next = "correct horse battery", "Quiet-Harbour-Lantern-42"
+	c := newConsole(t)
+	c.user(t, "ops@fleet.test", auth.Operator, pw)
+	here, elsewhere := browserless(), browserless()
+	secret := c.enrolled(t, here, "ops@fleet.test", pw)
+	require.Empty(t, c.signIn(t, elsewhere, "ops@fleet.test", pw))
+	code, err := totp.GenerateCode(secret, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	res, _ := c.code(t, elsewhere, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, elsewhere, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	// Guessing the current password from a stolen session: five tries,
+	// then the wait.
+	for range account.AccountFree {
+		res, _ = do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {"Wrong-Guess-Kettle-77"}, "password": {next}})
+		require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
+	}
+	res, body := do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {next}})
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	require.Equal(t, "1", res.Header.Get("Retry-After"))
+	require.Contains(t, body, "too many attempts")
+	time.Sleep(1100 * time.Millisecond)
+
+	res, _ = do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {next}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, here, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, "this session stays")
+	res, _ = do(t, elsewhere, "GET", c.srv.URL+"/audit", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "the other one is signed out")
+	require.Contains(t, res.Header.Get("Location"), "/signin")
+}
+
+// Item 10 of issue 12: operators' TOTP seeds are sealed with the panel's
+// key, the enrolment copy is gone once enrolment ends, and seeds stored in
+// clear by an older version are sealed at start and keep working.
+func TestOperatorTOTPSeedsAreSealedAndEnrolmentCopiesCleared(t *testing.T) {
+	ctx := context.Background()
+	const pw = "correct horse battery"
+	c := newConsole(t)
+	c.user(t, "ops@fleet.test", auth.Operator, pw)
+	super, err := pgx.Connect(ctx, c.d.SuperURL)
+	require.NoError(t, err)
+	defer super.Close(ctx)
+	column := func(q string, args ...any) []string {
+		rows, err := super.Query(ctx, q, args...)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+
+	cl := browserless()
+	secret := c.signIn(t, cl, "ops@fleet.test", pw)
+	require.NotEmpty(t, secret)
+	pending := column(`SELECT enrol_secret FROM sessions WHERE enrol_secret IS NOT NULL`)
+	require.Len(t, pending, 1)
+	require.True(t, strings.HasPrefix(pending[0], "sealed:v1:"), "the enrolment copy is sealed")
+	require.NotContains(t, pending[0], secret)
+	code, err := totp.GenerateCode(secret, time.Now())
+	require.NoError(t, err)
+	res, _ := c.code(t, cl, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+
+	stored := column(`SELECT totp_secret FROM users WHERE email = 'ops@fleet.test'`)
+	require.True(t, strings.HasPrefix(stored[0], "sealed:v1:"), stored[0])
+	require.NotContains(t, stored[0], secret)
+	require.Empty(t, column(`SELECT enrol_secret FROM sessions WHERE enrol_secret IS NOT NULL`), "enrolment ended: no copy left")
+	// Copied onto another user, a sealed seed does not open.
+	other := c.user(t, "other@fleet.test", auth.Operator, pw)
+	_, err = super.Exec(ctx, `UPDATE users SET totp_secret = $2 WHERE id::text = $1`, other.ID, stored[0])
+	require.NoError(t, err)
+	otherCl := browserless()
+	res, _ = do(t, otherCl, "POST", c.srv.URL+"/signin", url.Values{"email": {"other@fleet.test"}, "password": {pw}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, otherCl, "GET", c.srv.URL+auth.MFAPath, nil)
+	require.Equal(t, http.StatusInternalServerError, res.StatusCode, "a seed bound to another user is refused")
+
+	// The same person signs in again: the sealed seed is opened to check.
+	cl2 := browserless()
+	require.Empty(t, c.signIn(t, cl2, "ops@fleet.test", pw))
+	code, err = totp.GenerateCode(secret, time.Now().Add(30*time.Second))
+	require.NoError(t, err)
+	res, _ = c.code(t, cl2, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+
+	// Rows from before: a clear seed, and a clear enrolment copy in an ended
+	// session (written with triggers off, as an older version left them).
+	legacy := c.user(t, "legacy@fleet.test", auth.Operator, pw)
+	const legacySeed = "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
+	_, err = super.Exec(ctx, "SET session_replication_role = replica")
+	require.NoError(t, err)
+	_, err = super.Exec(ctx, `UPDATE users SET totp_secret = $2 WHERE id::text = $1`, legacy.ID, legacySeed)
+	require.NoError(t, err)
+	_, err = super.Exec(ctx, `UPDATE sessions SET enrol_secret = 'KRSXG5CTMVRXEZLUKRSXG5CTMVRXEZLU' WHERE ended_at IS NOT NULL`)
+	require.NoError(t, err)
+	_, err = super.Exec(ctx, "SET session_replication_role = origin")
+	require.NoError(t, err)
+	n, err := account.SealStoredSeeds(ctx, c.d.App, c.vault)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Empty(t, column(`SELECT enrol_secret FROM sessions WHERE enrol_secret IS NOT NULL`))
+	require.Empty(t, column(`SELECT totp_secret FROM users WHERE totp_secret NOT LIKE 'sealed:v1:%'`), "no seed left in clear")
+	cl3 := browserless()
+	require.Empty(t, c.signIn(t, cl3, "legacy@fleet.test", pw))
+	code, err = totp.GenerateCode(legacySeed, time.Now())
+	require.NoError(t, err)
+	res, _ = c.code(t, cl3, code)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, "the legacy authenticator still works")
 }

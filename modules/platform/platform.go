@@ -9,6 +9,7 @@ package platform
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -127,10 +128,11 @@ type Session interface {
 	// Jobs returns the jobs published since the previous call (a watch over
 	// plain HTTP), with the platform's published_at.
 	Jobs(ctx context.Context) ([]wire.Job, error)
-	// Book books one job. operationID is sent as the idempotency key where
-	// the platform takes one. gate is called right before the request's
+	// Book books one job. idemKey is sent as the idempotency key where the
+	// platform takes one: the job's booking key (the same on every attempt
+	// of the job), or the operation id from a v3 panel. gate is called right before the request's
 	// bytes leave; if it refuses, the result is NOT_SENT.
-	Book(ctx context.Context, key, operationID string, gate Gate) BookResult
+	Book(ctx context.Context, key, idemKey string, gate Gate) BookResult
 	// Bookings lists the client's bookings with proof of completeness.
 	Bookings(ctx context.Context) (Bookings, error)
 	// Cookies returns the session's cookies (to keep in the agent's state);
@@ -187,7 +189,7 @@ type Browser interface {
 	// BookRequestKey reads the job key from a booking request's body, so
 	// the actor lets only the booking of its own job leave.
 	BookRequestKey(body []byte) string
-	// IdempotencyHeader is the request header that carries the operation id
+	// IdempotencyHeader is the request header that carries the booking key
 	// ("" if the platform takes none).
 	IdempotencyHeader() string
 	// ClickBook clicks the job's booking control on the page (waiting for
@@ -210,6 +212,44 @@ type Adapter interface {
 	NewSession(opts SessionOptions) (Session, error)
 	// Browser returns the browser side.
 	Browser() Browser
+}
+
+// KeyPolicy is implemented by an adapter whose platform states whether it
+// honours idempotency keys (replays a repeated key instead of booking
+// again). The agent compares it with the tenant's setting, which the lease
+// carries, and refuses to claim when they disagree (CheckKeys).
+type KeyPolicy interface {
+	HonoursIdempotencyKeys(ctx context.Context) (bool, error)
+}
+
+// ErrKeysMismatch: the tenant's setting and the platform disagree on
+// whether idempotency keys are honoured. Claiming stops until an admin
+// fixes the setting (or the platform's configuration).
+var ErrKeysMismatch = errors.New("platform: idempotency keys: the tenant's setting does not match the platform")
+
+// CheckKeys compares the tenant's setting (honoured) with what the platform
+// says, when the adapter can tell (KeyPolicy); an adapter that cannot is
+// trusted to the setting. A mismatch wraps ErrKeysMismatch and says what to
+// change; a failed read is returned as it is (do not claim on it either).
+func CheckKeys(ctx context.Context, ad Adapter, honoured bool) error {
+	kp, ok := ad.(KeyPolicy)
+	if !ok {
+		return nil
+	}
+	board, err := kp.HonoursIdempotencyKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("platform: %s: cannot read whether it honours idempotency keys: %w", ad.Name(), err)
+	}
+	if board == honoured {
+		return nil
+	}
+	if honoured {
+		return fmt.Errorf("%w: the tenant's setting says %s honours idempotency keys, but the platform says it does not: "+
+			"a second attempt could book the job twice; an admin must turn the setting off (Claim settings) or turn keys on at the platform",
+			ErrKeysMismatch, ad.Name())
+	}
+	return fmt.Errorf("%w: the platform %s honours idempotency keys, but the tenant's setting says it does not: "+
+		"an admin must turn the setting on (Claim settings) so the engine knows a retry is safe", ErrKeysMismatch, ad.Name())
 }
 
 // Factory builds an adapter for one account's platform base URL.

@@ -47,6 +47,10 @@ type Offer struct {
 	SeenAt   time.Time `json:"seen_at"`
 	QueuedAt time.Time `json:"queued_at"`
 	Cell     string    `json:"cell"`
+	// KeysHonoured is the tenant's setting "the platform honours
+	// idempotency keys" (v4): an adapter that can read the platform's own
+	// status skips an offer it would have to refuse (see LeaseResult).
+	KeysHonoured bool `json:"keys_honoured,omitempty" since:"4"`
 }
 
 // LeaseRequest asks for the lease of a job for one of the agent's actors.
@@ -89,6 +93,14 @@ type LeaseResult struct {
 	// treats the claim as UNKNOWN.
 	HardTimeoutMillis int64  `json:"hard_timeout_ms,omitempty"`
 	Reason            string `json:"reason,omitempty"`
+	// BookingKey (v4) is the job's booking identity, the same on every lease
+	// of the job: send it as the Idempotency-Key (OperationID stays the
+	// attempt's name in the journal). A v3 peer sends OperationID instead.
+	BookingKey string `json:"booking_key,omitempty" since:"4"`
+	// KeysHonoured (v4) is the tenant's setting that its platform honours
+	// idempotency keys. An adapter that can read the platform's own status
+	// refuses to act when the two disagree.
+	KeysHonoured bool `json:"keys_honoured,omitempty" since:"4"`
 }
 
 // ActRequest asks for the fenced LEASED → ACTING transition.
@@ -139,7 +151,20 @@ type OutcomeAck struct {
 	RequestID string `json:"request_id"`
 	OK        bool   `json:"ok"`
 	Reason    string `json:"reason,omitempty"`
+	// Disposition (v4) says what the agent does with its queued report:
+	// AckApplied and AckDefinitive drop it, AckTransient keeps it and sends
+	// it again with backoff. A v3 agent is never sent a transient answer:
+	// the panel withholds the acknowledgement, and the agent sends the
+	// report again on its next connection.
+	Disposition string `json:"disposition,omitempty" since:"4"`
 }
+
+// Outcome acknowledgement dispositions (append-only).
+const (
+	AckApplied    = "applied"    // the report was recorded
+	AckDefinitive = "definitive" // refused for good, or the claim already moved on: nothing to retry
+	AckTransient  = "transient"  // the panel could not record it now (database unavailable, replica going away): retry
+)
 
 // Lookup asks an agent to look up its client's bookings on the platform, for
 // the reconciler. The panel holds no platform credentials of its own.

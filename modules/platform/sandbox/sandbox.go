@@ -28,6 +28,51 @@ const Name = "sandbox"
 // Adapter is the sandbox board at one base URL.
 type Adapter struct {
 	base *url.URL
+
+	// keys caches the board's idempotency status (GET /api/platform).
+	kmu    sync.Mutex
+	keys   bool
+	keysAt time.Time
+}
+
+// keysFor is how long the board's idempotency status is trusted: a board
+// is reconfigured by a restart, so a minute's staleness costs at most a
+// minute of claims refused or not refused on a mismatch.
+const keysFor = 30 * time.Second
+
+var _ platform.KeyPolicy = (*Adapter)(nil)
+
+// HonoursIdempotencyKeys implements platform.KeyPolicy: the board states it
+// at GET /api/platform (no sign-in needed), cached for 30 s.
+func (a *Adapter) HonoursIdempotencyKeys(ctx context.Context) (bool, error) {
+	a.kmu.Lock()
+	defer a.kmu.Unlock()
+	if !a.keysAt.IsZero() && time.Since(a.keysAt) < keysFor {
+		return a.keys, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.url("/api/platform"), nil)
+	if err != nil {
+		return false, fmt.Errorf("sandbox: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("%w: GET /api/platform: %v", platform.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%w: GET /api/platform: HTTP %d", platform.ErrUnavailable, resp.StatusCode)
+	}
+	var p struct {
+		IdempotencyKeys *bool `json:"idempotency_keys"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&p); err != nil || p.IdempotencyKeys == nil {
+		return false, fmt.Errorf("sandbox: GET /api/platform: no idempotency_keys in the answer")
+	}
+	a.keys, a.keysAt = *p.IdempotencyKeys, time.Now()
+	return a.keys, nil
 }
 
 var _ platform.Adapter = (*Adapter)(nil)
@@ -230,7 +275,7 @@ func (s *session) Jobs(ctx context.Context) ([]wire.Job, error) {
 }
 
 // Book implements platform.Session.
-func (s *session) Book(ctx context.Context, key, operationID string, gate platform.Gate) platform.BookResult {
+func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.Gate) platform.BookResult {
 	s.mu.Lock()
 	csrf := s.csrf
 	s.mu.Unlock()
@@ -242,8 +287,8 @@ func (s *session) Book(ctx context.Context, key, operationID string, gate platfo
 	s.headers(req, "application/json")
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-CSRF-Token", csrf)
-	if operationID != "" {
-		req.Header.Set("Idempotency-Key", operationID)
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
 	}
 	var sentAt time.Time
 	g := func() error {

@@ -165,3 +165,30 @@ func TestHeaderOrder(t *testing.T) {
 	require.Equal(t, want, names[:len(want)], "profile headers first, in the profile's order")
 	require.Equal(t, "Host", names[0])
 }
+
+// TestIdempotencySettingMustMatchTheBoard: the adapter reads the board's own
+// idempotency_keys status and CheckKeys refuses, with an error that says
+// what to change, whenever the tenant's setting disagrees with it.
+func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
+	ctx := context.Background()
+	for _, boardKeys := range []bool{false, true} {
+		s := boardtest.Start(t, func(c *board.Config) { c.IdempotencyKeys = boardKeys })
+		ad, err := sandbox.New(s.URL())
+		require.NoError(t, err)
+		got, err := ad.(platform.KeyPolicy).HonoursIdempotencyKeys(ctx)
+		require.NoError(t, err)
+		require.Equal(t, boardKeys, got)
+
+		require.NoError(t, platform.CheckKeys(ctx, ad, boardKeys), "setting and board agree")
+		err = platform.CheckKeys(ctx, ad, !boardKeys)
+		require.ErrorIs(t, err, platform.ErrKeysMismatch)
+		require.Contains(t, err.Error(), "sandbox")
+		require.Contains(t, err.Error(), "Claim settings", "the error says where to fix it")
+	}
+	// A board that cannot be reached is not a match either.
+	ad, err := sandbox.New("http://127.0.0.1:1")
+	require.NoError(t, err)
+	err = platform.CheckKeys(ctx, ad, false)
+	require.Error(t, err)
+	require.ErrorIs(t, err, platform.ErrUnavailable)
+}
