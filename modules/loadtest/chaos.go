@@ -43,6 +43,9 @@ const (
 	reconnectWithin = 30 * time.Second
 	// commitLateWindow is how long board_commit_after_grace answers 504.
 	commitLateWindow = 8 * time.Second
+	// commitLateMax bounds the wait for the first booking request answered
+	// 504 by board_commit_after_grace.
+	commitLateMax = 60 * time.Second
 	// afterGraceConfirm bounds the wait for a late commit's CONFIRMED.
 	afterGraceConfirm = 2 * time.Minute
 	// stopAfterGateBooking is the booking after whose opened gate the
@@ -58,7 +61,10 @@ const (
 )
 
 // ChaosKinds lists every kind in schedule order.
-var ChaosKinds = []string{KindCommitLate, KindPartition, Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit,
+// board_commit_after_grace comes once the fleet has been booking for a
+// while: it needs a booking request inside its window, which a fleet still
+// warming up on a loaded machine may not send.
+var ChaosKinds = []string{KindPartition, Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit, KindCommitLate,
 	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindClockSkew, KindPanelRestart}
 
 // chaos runs the schedule in cycles until ctx ends; cycleDone closes when
@@ -695,7 +701,7 @@ func (r *runner) commitAfterGrace(ctx context.Context) (int, string) {
 	}
 	set(true)
 	on := time.Now()
-	for time.Since(on) < boardBurstMax {
+	for time.Since(on) < commitLateMax {
 		if time.Since(on) >= commitLateWindow && r.countEvents(after, board.EvLateCommit) > 0 {
 			break
 		}
