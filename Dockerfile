@@ -3,7 +3,7 @@
 # Fleetwright image: one binary, every role. The default command runs the
 # panel with its embedded Postgres and Redis under /var/lib/fleetwright; the
 # same image runs an agent with
-#   docker run ... fleetwright --role=agent --panel=wss://... \
+#   docker run ... fleetwright --role=agent --panel=wss://panel.example.com/agent/ws \
 #     --token-file=/run/secrets/agent_token --state-dir=/var/lib/fleetwright/agent
 # Pin the two base images by digest in release builds (FROM image:tag@sha256:...).
 

@@ -35,6 +35,7 @@ type adminOptions struct {
 	dataDir, databaseURL, databaseAppURL, logFormat, logLevel string
 	email, role, tenant, agent                                string
 	passwordStdin                                             bool
+	newInstallation                                           bool
 }
 
 func adminFlags(o *adminOptions, cmd string) *config.Set {
@@ -53,6 +54,7 @@ func adminFlags(o *adminOptions, cmd string) *config.Set {
 	if cmd == "admin issue-agent-token" {
 		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the agent's tenant (slug)")
 		s.String(&o.agent, "agent", "", "", "the agent's name, as on the fleet page")
+		s.Bool(&o.newInstallation, "new-installation", "", false, "also forget the agent's pinned installation key: the next agent to connect with the new token receives the credentials (its state dir was lost)")
 	}
 	if cmd == "admin create-user" {
 		s.Enum(&o.role, "role", "", "operator", []string{"admin", "operator", "viewer"}, "the new user's role")
@@ -184,6 +186,11 @@ func issueAgentToken(ctx context.Context, pool *pgxpool.Pool, o adminOptions, st
 	id, err := st.AgentByName(ctx, t.ID, o.agent)
 	if err != nil {
 		return err
+	}
+	if o.newInstallation {
+		if err := st.AcceptNewInstallation(ctx, t.ID, id, cliActor()); err != nil {
+			return err
+		}
 	}
 	token, err := st.RotateToken(ctx, t.ID, id, cliActor())
 	if err != nil {

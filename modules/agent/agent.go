@@ -12,6 +12,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/config"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -97,9 +98,15 @@ type WorkerFunc func(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 
 // Config configures the agent role.
 type Config struct {
-	// PanelURL is the panel's base URL, http(s)://host[:port][/prefix]
-	// (--panel, FLEET_PANEL). The agent dials ws(s)://…/agent/ws.
+	// PanelURL is the panel's base URL, https://host[:port][/prefix], or its
+	// wss://…/agent/ws endpoint; cleartext (http, ws) only on loopback
+	// (--panel, FLEET_PANEL). The agent dials wss://…/agent/ws.
 	PanelURL string
+	// PanelCAFile, when set, is a PEM file of the CA certificates that sign
+	// the panel's TLS certificate (a private CA, such as Caddy's "tls
+	// internal"); only those are trusted then (--panel-ca-file,
+	// FLEET_PANEL_CA_FILE).
+	PanelCAFile string
 	// TokenFile holds the agent's token; it must be mode 0600 or stricter
 	// (--token-file, FLEET_TOKEN_FILE). The token never goes on a command line.
 	TokenFile string
@@ -162,29 +169,55 @@ func (c *Config) defaults() {
 	}
 }
 
-// WebSocketURL derives the agent endpoint from the panel's base URL.
+// WebSocketURL derives the agent endpoint from the panel's base URL:
+// http(s)://host[:port][/prefix] gets /agent/ws appended; a ws(s):// URL is
+// taken as the endpoint itself (/agent/ws is appended only when missing).
+// The token travels in hello and the account's credentials in welcome, so a
+// cleartext scheme (http, ws) is refused unless the host is loopback.
 func WebSocketURL(panel string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(panel))
 	if err != nil {
 		return "", fmt.Errorf("%w: --panel %q is not a URL: %v", ErrConfig, panel, err)
 	}
+	shown := u.Redacted()
+	endpoint := false
 	switch u.Scheme {
 	case "http":
 		u.Scheme = "ws"
 	case "https":
 		u.Scheme = "wss"
+	case "ws", "wss":
+		endpoint = true
 	default:
-		return "", fmt.Errorf("%w: --panel must be an http:// or https:// base URL, got %q", ErrConfig, panel)
+		return "", fmt.Errorf("%w: --panel must be an https:// or wss:// URL (http:// or ws:// only on loopback), got %q", ErrConfig, panel)
 	}
-	if u.Host == "" {
+	if u.Host == "" || u.Hostname() == "" {
 		return "", fmt.Errorf("%w: --panel %q has no host", ErrConfig, panel)
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%w: --panel must be a base URL without query or fragment", ErrConfig)
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("%w: --panel must be a base URL without user, query or fragment", ErrConfig)
 	}
-	u.Path = strings.TrimRight(u.Path, "/") + "/agent/ws"
-	u.RawPath = ""
+	if u.Scheme == "ws" && !IsLoopbackHost(u.Hostname()) {
+		return "", fmt.Errorf("%w: --panel %s is cleartext to %s: the agent's token and the account's credentials would cross the network readable; use https:// or wss:// (cleartext is accepted only on loopback)",
+			ErrConfig, shown, u.Hostname())
+	}
+	path := strings.TrimRight(u.Path, "/")
+	if !endpoint || !strings.HasSuffix(path, "/agent/ws") {
+		path += "/agent/ws"
+	}
+	u.Path, u.RawPath = path, ""
 	return u.String(), nil
+}
+
+// IsLoopbackHost reports whether host (a name or an address, without port)
+// can only mean this machine: "localhost" and its subdomains, 127.0.0.0/8 and ::1.
+func IsLoopbackHost(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(h, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // ReadTokenFile reads the token, refusing a file others can read or write.
@@ -238,6 +271,10 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if cfg.StateDir == "" {
 		return fmt.Errorf("%w: --state-dir is required", ErrConfig)
 	}
+	client, err := panelClient(cfg.PanelCAFile)
+	if err != nil {
+		return err
+	}
 	token, err := ReadTokenFile(cfg.TokenFile)
 	if err != nil {
 		return err
@@ -257,7 +294,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		logger.Warn("agent: test-only setting: this agent's wall clock is skewed", "env", ClockSkewEnv, "by", d)
 		cfg.Clock = skewed{Clock: cfg.Clock, by: d}
 	}
+	key, err := st.InstallKey(ctx)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	a := newAgent(cfg, logger, st, token, wsURL)
+	a.client, a.installKey = client, key
 	a.gateStop = newGateStopper(logger)
 	return a.run(ctx)
 }
@@ -266,7 +308,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 func (c *Config) Register(s *config.Set) {
 	role := config.Roles("agent")
 	enrol := config.Roles("agent", "assistant")
-	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's base URL, http(s)://host[:port]; the agent dials ws(s)://…/agent/ws (the assistant, when enrolled)", enrol)
+	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's URL: https://host[:port] (the agent dials wss://…/agent/ws) or the wss://…/agent/ws endpoint itself; http:// and ws:// only on loopback (the assistant, when enrolled)", enrol)
+	s.String(&c.PanelCAFile, "panel-ca-file", "FLEET_PANEL_CA_FILE", "", "PEM file of the private CA that signs the panel's certificate; when set, only it is trusted", role)
 	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line); an enrolled assistant's too", enrol)
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
 	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "agent reset-state", "assistant"))

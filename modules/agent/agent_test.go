@@ -647,17 +647,32 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 
 	for in, want := range map[string]string{
-		"http://panel.test":             "ws://panel.test/agent/ws",
-		"https://panel.test/":           "wss://panel.test/agent/ws",
-		"https://panel.test:8443/fleet": "wss://panel.test:8443/fleet/agent/ws",
+		"https://panel.test/":                  "wss://panel.test/agent/ws",
+		"https://panel.test:8443/fleet":        "wss://panel.test:8443/fleet/agent/ws",
+		"wss://panel.test/agent/ws":            "wss://panel.test/agent/ws",
+		"wss://panel.test":                     "wss://panel.test/agent/ws",
+		"wss://panel.test:8443/fleet/agent/ws": "wss://panel.test:8443/fleet/agent/ws",
+		"http://127.0.0.1:8080":                "ws://127.0.0.1:8080/agent/ws",
+		"http://localhost:8080/":               "ws://localhost:8080/agent/ws",
+		"ws://[::1]:8080/agent/ws":             "ws://[::1]:8080/agent/ws",
+		"http://127.9.8.7":                     "ws://127.9.8.7/agent/ws",
 	} {
 		got, err := WebSocketURL(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got)
 	}
-	for _, bad := range []string{"", "ws://panel.test", "panel.test", "https://", "https://p.test/?x=1"} {
+	for _, bad := range []string{"", "panel.test", "https://", "https://p.test/?x=1", "ftp://panel.test",
+		"https://user:pw@panel.test"} {
 		_, err := WebSocketURL(bad)
 		require.ErrorIs(t, err, ErrConfig, bad)
+	}
+	// Cleartext outside loopback would carry the token and the credentials
+	// readable: refused, with the way out in the message.
+	for _, clear := range []string{"http://panel.test", "ws://panel.test/agent/ws", "http://10.0.0.5:8080",
+		"http://[2001:db8::1]/", "ws://localhost.evil.test", "http://127.0.0.1.nip.io"} {
+		_, err := WebSocketURL(clear)
+		require.ErrorIs(t, err, ErrConfig, clear)
+		require.ErrorContains(t, err, "https:// or wss://", clear)
 	}
 	require.Equal(t, ExitFailure, ExitCode(fmt.Errorf("boom")))
 	require.Equal(t, ExitOK, ExitCode(nil))

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ecdh"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,7 +29,12 @@ type agent struct {
 	store *store.Store
 	token wire.Secret
 	wsURL string
-	sup   *supervisor.Supervisor
+	// installKey is the installation key from the state dir (credential.go
+	// in modules/wire): credentials are sealed to it.
+	installKey *ecdh.PrivateKey
+	// client dials the panel: the system roots, or only --panel-ca-file.
+	client *http.Client
+	sup    *supervisor.Supervisor
 	// started is when this agent process started (the state report's
 	// StartedAt: the panel counts starts to see a crash loop).
 	started time.Time
@@ -216,6 +222,7 @@ func (a *agent) session(ctx, workersCtx context.Context) sessionResult {
 	defer cancel()
 	conn, resp, err := websocket.Dial(dctx, a.wsURL, &websocket.DialOptions{
 		HTTPHeader: http.Header{"User-Agent": {"fleetwright-agent/" + a.cfg.Build}},
+		HTTPClient: a.client,
 	})
 	if err != nil {
 		if resp != nil {
@@ -228,7 +235,8 @@ func (a *agent) session(ctx, workersCtx context.Context) sessionResult {
 
 	s := &session{a: a, conn: conn, version: wire.Current}
 	if err := s.send(ctx, wire.Hello{Version: wire.Current, MinVersion: wire.MinSupported, Build: a.cfg.Build,
-		Host: a.cfg.Hostname, Clock: a.cfg.Clock.Now(), Token: a.token}); err != nil {
+		Host: a.cfg.Hostname, Clock: a.cfg.Clock.Now(), Token: a.token,
+		InstallKey: wire.InstallKeyString(a.installKey.PublicKey())}); err != nil {
 		return sessionResult{out: outNetwork, err: err}
 	}
 	f, _, err := s.read(dctx)
@@ -254,6 +262,7 @@ func (a *agent) session(ctx, workersCtx context.Context) sessionResult {
 			return sessionResult{out: outIncompatible, err: fmt.Errorf("agent: panel chose protocol %d", m.Version)}
 		}
 		s.version = m.Version
+		s.agentID = m.AgentID
 		if err := a.welcomed(ctx, workersCtx, m); err != nil {
 			return sessionResult{out: outNetwork, err: err}
 		}
@@ -271,12 +280,46 @@ func (a *agent) welcomed(ctx, workersCtx context.Context, w wire.Welcome) error 
 	if err := a.store.SetWelcomed(ctx, w.InstallationID, w.AgentID); err != nil {
 		return fmt.Errorf("agent: record welcome: %w", err)
 	}
-	if w.Credentials.Username != "" || !w.Credentials.Password.IsZero() {
-		if err := a.store.SaveCredentials(ctx, w.Credentials, a.cfg.Clock.Now()); err != nil {
-			return fmt.Errorf("agent: save credentials: %w", err)
-		}
+	if err := a.takeCredentials(ctx, w.AgentID, w.Credentials, w.SealedCredentials, w.CredentialsWithheld); err != nil {
+		// Not fatal: the agent keeps the credentials it has, and its
+		// workers say so if they have none.
+		a.log.Error("agent: no credentials from this welcome", "err", err)
 	}
 	a.configure(workersCtx, w.Config)
+	return nil
+}
+
+// withheldAdvice tells the person reading the agent's log what to do.
+var withheldAdvice = map[string]string{
+	wire.WithheldCleartext: "the connection is not encrypted: give --panel as https:// or wss:// (behind a proxy, list it in the panel's --trusted-proxies)",
+	wire.WithheldKeyMismatch: "this agent's installation key is not the one the panel pinned at its first welcome (a new or reset state dir): " +
+		"an admin accepts this installation with \"New token\" and \"new installation\" on the fleet page, or `fleetwright admin issue-token --new-installation`",
+	wire.WithheldNoKey: "the agent sent no installation key",
+}
+
+// takeCredentials stores credentials from a welcome or a rotate_credentials
+// command: sealed to this installation's key (protocol v4), or in the clear
+// from a panel before v4. A withheld answer keeps the stored credentials.
+func (a *agent) takeCredentials(ctx context.Context, agentID string, plain wire.Credentials, sealed *wire.SealedCredentials, withheld string) error {
+	switch {
+	case withheld != "":
+		advice := withheldAdvice[withheld]
+		if advice == "" {
+			advice = "see the panel's log"
+		}
+		return fmt.Errorf("agent: the panel withheld the account's credentials (%s): %s", withheld, advice)
+	case sealed != nil:
+		c, err := sealed.Open(a.installKey, agentID)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		plain = c
+	case plain.Username == "" && plain.Password.IsZero():
+		return nil // nothing sent (a panel before v4 with nothing to give)
+	}
+	if err := a.store.SaveCredentials(ctx, plain, a.cfg.Clock.Now()); err != nil {
+		return fmt.Errorf("agent: could not store the new credentials: %w", err)
+	}
 	return nil
 }
 

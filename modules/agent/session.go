@@ -20,6 +20,7 @@ type session struct {
 	a       *agent
 	conn    *websocket.Conn
 	version int
+	agentID string // from welcome: sealed credentials are bound to it
 
 	end          outcome
 	retireReason string
@@ -249,8 +250,8 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 				Message: "restarted by a person from the console", At: s.a.cfg.Clock.Now()})
 		}
 	case wire.RotateCredentials:
-		if err := s.a.store.SaveCredentials(ctx, m.Credentials, s.a.cfg.Clock.Now()); err != nil {
-			res = wire.CommandResult{CommandID: id, Error: "agent: could not store the new credentials"}
+		if err := s.a.takeCredentials(ctx, s.agentID, m.Credentials, m.Sealed, m.Withheld); err != nil {
+			res = wire.CommandResult{CommandID: id, Error: err.Error()}
 			s.a.log.Error("agent: rotate credentials", "err", err)
 		}
 	case wire.Retire:

@@ -63,6 +63,10 @@ const (
 	FleetRead Perm = "fleet.read"
 	// FleetSteer: steer a tenant's fleet; the route has a {tenant} parameter.
 	FleetSteer Perm = "fleet.steer"
+	// FleetSecrets: what could unlock a tenant's platform credentials — a
+	// new agent token, accepting a new agent installation (admin; the route
+	// has a {tenant} parameter).
+	FleetSecrets Perm = "fleet.secrets"
 )
 
 // perms says who holds each role-based permission and whether it is scoped
@@ -79,6 +83,7 @@ var perms = map[Perm]struct {
 	SettingsManage: {roles: []Role{Admin}},
 	FleetRead:      {roles: Roles, tenant: true},
 	FleetSteer:     {roles: []Role{Admin, Operator}, tenant: true},
+	FleetSecrets:   {roles: []Role{Admin}, tenant: true},
 }
 
 // Known reports whether p is a declared permission.

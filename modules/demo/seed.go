@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/agent"
+	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/board"
@@ -172,6 +173,14 @@ func (s *seeder) agent(ctx context.Context, tenantID string, a Agent) error {
 		return fmt.Errorf("demo: agent %s: %w", a.Name(), err)
 	default:
 		if _, rerr := agent.ReadTokenFile(TokenFile(s.dataDir, a)); rerr != nil {
+			// The agent's files are gone (a wiped demo dir with the panel's
+			// database kept): the demo, as the host's admin, accepts the
+			// new installation so its fresh key is pinned.
+			if _, serr := os.Stat(filepath.Join(dir, store.FileName)); serr != nil {
+				if err := s.p.Fleet.AcceptNewInstallation(ctx, tenantID, agentID, s.by); err != nil {
+					return err
+				}
+			}
 			if token, err = s.p.Fleet.RotateToken(ctx, tenantID, agentID, s.by); err != nil {
 				return err
 			}

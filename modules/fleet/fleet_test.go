@@ -236,7 +236,11 @@ func TestGoldenV1HelloIsWelcomedAndTooOldIsRefusedWithRange(t *testing.T) {
 	w, ok := f.Message.(wire.Welcome)
 	require.True(t, ok, "%#v", f.Message)
 	require.Equal(t, 1, w.Version)
-	require.Equal(t, "user-acct-3", w.Credentials.Username)
+	// A v1 agent has no installation key to seal the credentials to: it is
+	// welcomed, and keeps what it has, but gets no credentials.
+	require.Empty(t, w.Credentials.Username)
+	require.True(t, w.Credentials.Password.IsZero())
+	require.True(t, w.Credentials.TOTPSecret.IsZero())
 
 	env["body"].(map[string]any)["version"] = 0
 	env["body"].(map[string]any)["min_version"] = 0

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -46,8 +47,12 @@ type GatewayConfig struct {
 	HelloTimeout time.Duration
 	// MaxInFlight bounds concurrent claim requests per connection.
 	MaxInFlight int
-	Clock       clock.Clock
-	Registerer  prometheus.Registerer
+	// TrustedProxies are the proxies (Caddy) whose X-Forwarded-Proto says
+	// whether the agent's own leg was TLS; credentials go only over TLS or
+	// loopback (see transport).
+	TrustedProxies []netip.Prefix
+	Clock          clock.Clock
+	Registerer     prometheus.Registerer
 }
 
 // Gateway serves the agents' WebSocket at /agent/ws.
@@ -126,7 +131,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// answers an oversized message with a protocol error before closing;
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
-	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), wake: make(chan struct{}, 1),
+	secure, how := transport(r, g.cfg.TrustedProxies)
+	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how, wake: make(chan struct{}, 1),
 		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
 	c.serve(r.Context())
@@ -142,6 +148,14 @@ type conn struct {
 	agent   Agent
 	version int
 	wake    chan struct{}
+	// secure: TLS end to end, or a local peer (transport); credentials are
+	// withheld otherwise. transport describes it for the log.
+	secure    bool
+	transport string
+	// helloKey is the installation key the agent presented, pinnedKey the
+	// one the panel pinned for it; credentials are sealed to pinnedKey and
+	// sent only when both agree.
+	helloKey, pinnedKey string
 
 	mu      sync.Mutex
 	est     *wire.Estimator
@@ -240,14 +254,26 @@ func (c *conn) serve(ctx context.Context) {
 		return
 	}
 	c.agent = a
+	if v >= wire.V4 {
+		c.helloKey = hello.InstallKey
+	}
+	if c.secure {
+		// A key is pinned only over a connection nobody could tamper with.
+		if c.pinnedKey, err = g.store.PinInstallKey(ctx, a, c.helloKey, c.remote); err != nil {
+			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
+			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+			return
+		}
+	}
 	cfg, creds, err := g.store.Welcome(ctx, a)
 	if err != nil {
 		g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
 		_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
 		return
 	}
-	if err := c.send(ctx, wire.Welcome{Version: v, AgentID: a.ID, InstallationID: g.cfg.InstallationID,
-		Config: cfg, Credentials: creds}); err != nil {
+	w := wire.Welcome{Version: v, AgentID: a.ID, InstallationID: g.cfg.InstallationID, Config: cfg}
+	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
+	if err := c.send(ctx, w); err != nil {
 		return
 	}
 	if err := g.store.Connected(ctx, a, g.cfg.ReplicaID, c.remote, hello.Host, hello.Build, v); err != nil {
@@ -403,6 +429,11 @@ func (c *conn) deliver(ctx context.Context) {
 		if err != nil {
 			c.g.log.Error("build command", "agent", c.agent.ID, "command", cmd.ID, "err", err)
 			continue
+		}
+		if rc, ok := m.(wire.RotateCredentials); ok {
+			rc.Sealed, rc.Withheld = c.protect(ctx, rc.Credentials)
+			rc.Credentials = wire.Credentials{}
+			m = rc
 		}
 		if err := c.send(ctx, m); err != nil {
 			return

@@ -37,10 +37,12 @@ func Mount(r chi.Router, d Deps) {
 		{"resume", d.command(CmdResume)},
 		{"restart-worker", d.command(CmdRestartWorker)},
 		{"retire", d.retire},
-		{"rotate-token", d.rotateToken},
 	} {
 		r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/"+a.path, auth.Require(auth.FleetSteer, d.ownAgent(a.h)))
 	}
+	// A new token can unlock the account's credentials: admins only, with a
+	// second confirmation (the agent's name typed again).
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/rotate-token", auth.Require(auth.FleetSecrets, d.ownAgent(d.rotateToken)))
 }
 
 func actor(r *http.Request) audit.Entry {
@@ -54,7 +56,8 @@ func (d Deps) model(r *http.Request) (PageModel, error) {
 	if err != nil {
 		return PageModel{}, err
 	}
-	return PageModel{Slug: t.Slug, Fleet: f, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer), Now: time.Now()}, nil
+	return PageModel{Slug: t.Slug, Fleet: f, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer),
+		CanSecrets: auth.UserFrom(r.Context()).Has(auth.FleetSecrets), Now: time.Now()}, nil
 }
 
 func (d Deps) page(w http.ResponseWriter, r *http.Request) {
@@ -119,14 +122,38 @@ func (d Deps) showToken(w http.ResponseWriter, r *http.Request, agentName, token
 	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
 }
 
+// rotateToken issues a new token (admin, FleetSecrets). The form must repeat
+// the agent's name in "confirm"; "new_installation" also forgets the agent's
+// pinned installation key, so the next agent to connect with the new token
+// receives the credentials — for an agent whose state dir was lost.
 func (d Deps) rotateToken(w http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
-	token, err := d.Store.RotateToken(r.Context(), t.ID, chi.URLParam(r, "agent"), actor(r))
+	id := chi.URLParam(r, "agent")
+	name, err := d.Store.AgentName(r.Context(), t.ID, id)
+	if err != nil {
+		d.back(w, r, "bad", "No new token: no such live agent.")
+		return
+	}
+	if r.FormValue("confirm") == "" {
+		views.Render(w, r, http.StatusOK, TokenConfirm(d.Shell.Page(w, r, t.Name+" · New token"), t.Slug, id, name))
+		return
+	}
+	if strings.TrimSpace(r.FormValue("confirm")) != name {
+		d.back(w, r, "bad", "No new token: the name typed does not match the agent's ("+name+").")
+		return
+	}
+	if r.FormValue("new_installation") == "1" {
+		if err := d.Store.AcceptNewInstallation(r.Context(), t.ID, id, actor(r)); err != nil {
+			d.back(w, r, "bad", "No new token: "+err.Error())
+			return
+		}
+	}
+	token, err := d.Store.RotateToken(r.Context(), t.ID, id, actor(r))
 	if err != nil {
 		d.back(w, r, "bad", "No new token: "+d.shown(err))
 		return
 	}
-	d.showToken(w, r, chi.URLParam(r, "agent"), token)
+	d.showToken(w, r, name, token)
 }
 
 // parseWorkers reads one worker kind per line, naming them kind-1, kind-2….

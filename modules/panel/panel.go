@@ -83,6 +83,8 @@ type Config struct {
 	SecretKeyFile string
 	// TrustedProxies lists the proxies (addresses or CIDR prefixes, comma
 	// separated) whose forwarded client address and scheme are believed.
+	// Behind Caddy, the agent gateway hands out credentials only when Caddy
+	// says the agent's own leg was https.
 	TrustedProxies string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
@@ -418,8 +420,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	p.Fleet = fleet.NewStore(p.DB, v)
 	notifier.SetVault(v)
+	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
+	}
 	p.Gateway = fleet.NewGateway(p.Fleet, p.Claims, fleet.GatewayConfig{
-		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg}, log)
+		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
 	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
@@ -439,10 +445,6 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		p.Gateway.Listen(bgCtx, appURL)
 	}()
 
-	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)
-	if err != nil {
-		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
-	}
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
 		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: trusted, Vault: v, Notifier: notifier})

@@ -69,18 +69,20 @@ func allSamples(v int) map[Type]Message {
 	t1 := fixtureTime.Add(-250 * time.Millisecond)
 	return map[Type]Message{
 		TypeHello: Hello{Version: v, MinVersion: 1, Build: "v0.4.0", Host: "agent-17.fleet.internal",
-			Clock: fixtureTime, Token: NewSecret(fixtureToken)},
+			Clock: fixtureTime, Token: NewSecret(fixtureToken), InstallKey: "hSDwCYkwp1R0i33ctD73Wg2_Og0mOBr066SpjqqbTmo"},
 		TypeWelcome: Welcome{Version: v, AgentID: "ag_01HZX4", InstallationID: "inst_7c1e",
-			Config: sampleConfig(), Credentials: sampleCredentials()},
+			Config: sampleConfig(), Credentials: sampleCredentials(), SealedCredentials: sampleSealed(),
+			CredentialsWithheld: WithheldKeyMismatch},
 		TypeReject: Reject{Reason: RejectIncompatibleVersion, Message: "agent speaks 3..3, panel speaks 1..2",
 			InstallationID: "inst_7c1e", MinVersion: 1, MaxVersion: 2},
-		TypeConfigure:         Configure{CommandID: "cmd_01", Config: sampleConfig()},
-		TypePause:             Pause{CommandID: "cmd_02", Reason: "tenant paused by operator"},
-		TypeResume:            Resume{CommandID: "cmd_03"},
-		TypeRestartWorker:     RestartWorker{CommandID: "cmd_04", Worker: "actor-1"},
-		TypeRetire:            Retire{CommandID: "cmd_05", Reason: "account deleted"},
-		TypeRotateCredentials: RotateCredentials{CommandID: "cmd_06", Credentials: sampleCredentials()},
-		TypePing:              Ping{CommandID: "cmd_07", SentAt: t1},
+		TypeConfigure:     Configure{CommandID: "cmd_01", Config: sampleConfig()},
+		TypePause:         Pause{CommandID: "cmd_02", Reason: "tenant paused by operator"},
+		TypeResume:        Resume{CommandID: "cmd_03"},
+		TypeRestartWorker: RestartWorker{CommandID: "cmd_04", Worker: "actor-1"},
+		TypeRetire:        Retire{CommandID: "cmd_05", Reason: "account deleted"},
+		TypeRotateCredentials: RotateCredentials{CommandID: "cmd_06", Credentials: sampleCredentials(),
+			Sealed: sampleSealed(), Withheld: WithheldCleartext},
+		TypePing: Ping{CommandID: "cmd_07", SentAt: t1},
 		TypePong: Pong{CommandID: "cmd_07", PingSentAt: t1, ReceivedAt: t1.Add(40 * time.Millisecond),
 			SentAt: t1.Add(41 * time.Millisecond)},
 		TypeState: State{Paused: true, MemoryRSSBytes: ptr(uint64(48 << 20)), StartedAt: ptr(t1.Add(-time.Hour)), Workers: []WorkerState{
@@ -117,6 +119,12 @@ func allSamples(v int) map[Type]Message {
 			Progress:        "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
 			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
 	}
+}
+
+// sampleSealed is a fixed box (the fixture cannot seal afresh: that is random).
+func sampleSealed() *SealedCredentials {
+	return &SealedCredentials{Ephemeral: "3p7S2xjAuzrqhFcpHUsGc8tM4fZ6Jm0v9kqDTVqbQ1s", Nonce: "q1w2e3r4t5y6u7i8",
+		Box: "mQ2aV7c0xZkq9P3rT8yLw1nB5dF6gH4jK2sE0uA7iOo"}
 }
 
 func samplePageTask() PageTask {

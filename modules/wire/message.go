@@ -28,6 +28,10 @@ type Hello struct {
 	Clock time.Time `json:"clock"`
 	// Token is the agent's token, issued once by the panel.
 	Token Secret `json:"token"`
+	// InstallKey is the public half of the agent's installation key (v4,
+	// see credential.go): pinned by the panel at the first welcome; the
+	// credentials are sealed to it.
+	InstallKey string `json:"install_key,omitempty" since:"4"`
 }
 
 // WorkerSpec is one background worker the panel wants the agent to run.
@@ -88,6 +92,11 @@ type Welcome struct {
 	InstallationID string      `json:"installation_id"`
 	Config         Config      `json:"config"`
 	Credentials    Credentials `json:"credentials"`
+	// SealedCredentials carries the credentials sealed to the agent's
+	// installation key (v4); Credentials is then empty.
+	SealedCredentials *SealedCredentials `json:"sealed_credentials,omitempty" since:"4"`
+	// CredentialsWithheld says why no credentials came (v4; Withheld*).
+	CredentialsWithheld string `json:"credentials_withheld,omitempty" since:"4"`
 }
 
 // RejectReason says why the panel refused an agent.
@@ -163,6 +172,9 @@ type Retire struct {
 type RotateCredentials struct {
 	CommandID   string      `json:"command_id"`
 	Credentials Credentials `json:"credentials"`
+	// Sealed and Withheld are as in Welcome (v4).
+	Sealed   *SealedCredentials `json:"sealed,omitempty" since:"4"`
+	Withheld string             `json:"withheld,omitempty" since:"4"`
 }
 
 // Ping asks for a pong; the four timestamps give the clock offset. The panel

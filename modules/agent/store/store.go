@@ -10,7 +10,9 @@ package store
 
 import (
 	"context"
+	"crypto/ecdh"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -308,4 +310,37 @@ func (s *Store) Cookies(ctx context.Context) ([]Cookie, error) {
 		return nil, fmt.Errorf("store: read cookies: %w", err)
 	}
 	return out, nil
+}
+
+// InstallKey returns the agent's installation key (protocol v4), generating
+// and storing it on first use. It never leaves the state dir: the panel only
+// ever sees its public half, and seals the account's credentials to it. A
+// retire or a reset of the state dir destroys it; the panel then needs an
+// admin to accept the new installation.
+func (s *Store) InstallKey(ctx context.Context) (*ecdh.PrivateKey, error) {
+	v, ok, err := s.getMeta(ctx, "install_key")
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		raw, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil {
+			return nil, fmt.Errorf("store: installation key is corrupt: %w", err)
+		}
+		k, err := ecdh.X25519().NewPrivateKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("store: installation key is corrupt: %w", err)
+		}
+		return k, nil
+	}
+	k, err := wire.NewInstallKey()
+	if err != nil {
+		return nil, err
+	}
+	// INSERT OR IGNORE, then read back: two openers racing keep one key.
+	if _, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('install_key', ?)`,
+		base64.RawURLEncoding.EncodeToString(k.Bytes())); err != nil {
+		return nil, fmt.Errorf("store: save installation key: %w", err)
+	}
+	return s.InstallKey(ctx)
 }

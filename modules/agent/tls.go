@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+)
+
+// panelClient is the HTTP client the agent dials the panel with. Without a
+// CA file it trusts the system's roots; with one, only the certificates in
+// that file, so a private CA (Caddy's "tls internal") works without touching
+// the host's trust store and a public CA cannot stand in for the panel.
+func panelClient(caFile string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := loadCAFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return &http.Client{Transport: tr, Timeout: 0, CheckRedirect: func(*http.Request, []*http.Request) error {
+		// A redirect could move the token to another host.
+		return http.ErrUseLastResponse
+	}}, nil
+}
+
+func loadCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --panel-ca-file: %v", ErrConfig, err)
+	}
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --panel-ca-file %s: certificate %d: %v", ErrConfig, path, n+1, err)
+		}
+		if !c.IsCA {
+			return nil, fmt.Errorf("%w: --panel-ca-file %s: %q is not a CA certificate; give the CA that signs the panel's certificate (Caddy: /var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt)",
+				ErrConfig, path, c.Subject.CommonName)
+		}
+		if time.Now().After(c.NotAfter) {
+			return nil, fmt.Errorf("%w: --panel-ca-file %s: %q expired on %s", ErrConfig, path, c.Subject.CommonName, c.NotAfter.Format(time.DateOnly))
+		}
+		pool.AddCert(c)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: --panel-ca-file %s holds no PEM certificate (-----BEGIN CERTIFICATE-----)", ErrConfig, path)
+	}
+	return pool, nil
+}
