@@ -80,6 +80,8 @@ type result struct {
 	agent string
 	res   wire.PageResult
 	err   error
+	// snapshot says the task asked for the run's trace snapshot.
+	snapshot bool
 }
 
 // Execute runs one run to its end: every page the job reaches, within its
@@ -377,7 +379,7 @@ func (x *execution) launch(ctx context.Context, t task, agents []string) {
 	pt := x.pageTask(t, snapshot)
 	x.inflight++
 	go func() {
-		res := result{t: t, agent: agent}
+		res := result{t: t, agent: agent, snapshot: snapshot}
 		defer func() { x.results <- res }()
 		p := x.spec.Politeness
 		lease := time.Duration(pt.TimeoutMS)*time.Millisecond + 10*time.Second
@@ -458,6 +460,12 @@ func (x *execution) figures(host string, f func(*DomainFigures)) {
 func (x *execution) handle(ctx context.Context, r result) {
 	x.inflight--
 	t, res := r.t, r.res
+	if r.snapshot && len(x.trace) == 0 && res.Body == "" && res.Headers == nil {
+		// The page asked for the run's trace came back without one (lost,
+		// refused, or sent to an agent without a crawler): the next
+		// listing page asks again, or an alarm would carry an empty trace.
+		x.trace = nil
+	}
 	host := hostOf(t.url)
 	now := x.r.Clock.Now()
 	p := x.spec.Politeness
