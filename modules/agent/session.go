@@ -15,6 +15,10 @@ import (
 // ping intervals.
 var errPanelSilent = errors.New("agent: the panel went silent")
 
+// assumedPingEvery is the panel's ping interval (fleet.GatewayConfig's
+// default) that the agent assumes until two pings have measured it.
+const assumedPingEvery = 15 * time.Second
+
 // session is one welcomed (or about to be) connection.
 type session struct {
 	a       *agent
@@ -119,14 +123,14 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 	// connection and reconnect rather than wait on it forever.
 	var silence <-chan time.Time
 	var lastPing time.Time
-	var pingEvery time.Duration
+	var pingEvery, silentFor time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			_ = s.conn.Close(websocket.StatusGoingAway, "agent stopping")
 			return ctx.Err()
 		case <-silence:
-			s.a.log.Warn("agent: the panel has been silent for two ping intervals; dropping the connection", "silent_for", 2*pingEvery)
+			s.a.log.Warn("agent: the panel has been silent for two ping intervals; dropping the connection", "silent_for", silentFor)
 			return errPanelSilent
 		case <-tick:
 			tick = s.a.cfg.Clock.After(s.a.cfg.StateEvery)
@@ -150,8 +154,15 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 				}
 				lastPing = r.at
 			}
-			if pingEvery > 0 {
-				silence = s.a.cfg.Clock.After(2 * pingEvery)
+			if every := pingEvery; every > 0 || !lastPing.IsZero() {
+				if every == 0 {
+					// One ping says nothing about the interval yet: a
+					// partition that starts before the second must still
+					// end the connection, so assume the panel's default.
+					every = assumedPingEvery
+				}
+				silentFor = 2 * every
+				silence = s.a.cfg.Clock.After(silentFor)
 			}
 			done, err := s.handle(ctx, workersCtx, r)
 			if err != nil || done {
