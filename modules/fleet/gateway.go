@@ -70,6 +70,7 @@ type Gateway struct {
 	connected   prometheus.Gauge
 	messages    *prometheus.CounterVec
 	silentDrops prometheus.Counter
+	panelIn     *panelIn
 }
 
 // NewGateway returns a gateway; claims may be nil until the engine is wired.
@@ -97,9 +98,10 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 			Help: "Protocol messages received from agents, by type."}, []string{"type"}),
 		silentDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_agent_silent_drops_total",
 			Help: "Agent connections this replica dropped after two ping intervals without a word from the agent (a dead path without FIN or RST)."}),
+		panelIn: newPanelIn(),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops)
+		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops, g.panelIn.hist)
 	}
 	return g
 }
@@ -121,9 +123,15 @@ func (g *Gateway) claimEngine() Claims {
 // proxy (--trusted-proxies) reports.
 func remoteAddr(r *http.Request) string { return server.ClientIP(r) }
 
-// ServeHTTP accepts one agent connection and serves it until it ends.
+// ServeHTTP accepts one agent connection and authenticates it; the
+// connection's life then runs on goroutines of its own and this handler
+// returns. Returning lets net/http drop what it keeps per connection while
+// a handler runs (its 4 KiB read and write buffers, the request, the
+// handler goroutine's stack grown by the handshake): an idle agent
+// connection is then little more than its two goroutines and two 512-byte
+// buffers (docs/BENCHMARKS.md, "Agent connections").
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	ws, err := websocket.Accept(leanWriter{w}, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		return
 	}
@@ -135,7 +143,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how, wake: make(chan struct{}, 1),
 		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
-	c.serve(r.Context())
+	// The request's context ends when this handler returns; the
+	// connection's does when the connection does.
+	ctx := context.Background()
+	if !c.handshake(ctx) {
+		return
+	}
+	go c.run(ctx)
 }
 
 type conn struct {
@@ -214,19 +228,21 @@ func (c *conn) read(ctx context.Context) (wire.Frame, error) {
 	return f, nil
 }
 
-func (c *conn) serve(ctx context.Context) {
+// handshake reads the hello, authenticates the agent and welcomes it; it
+// reports false when the connection ended.
+func (c *conn) handshake(ctx context.Context) bool {
 	g := c.g
 	hctx, cancel := context.WithTimeout(ctx, g.cfg.HelloTimeout)
 	f, err := c.read(hctx)
 	cancel()
 	if err != nil {
 		_ = c.ws.CloseNow()
-		return
+		return false
 	}
 	hello, ok := f.Message.(wire.Hello)
 	if !ok {
 		c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: "the first message must be hello"})
-		return
+		return false
 	}
 	v, err := wire.Negotiate(hello.Version, hello.MinVersion)
 	if err != nil {
@@ -235,7 +251,7 @@ func (c *conn) serve(ctx context.Context) {
 			c.version = wire.Current
 		}
 		c.reject(ctx, wire.RejectFor(err, g.cfg.InstallationID))
-		return
+		return false
 	}
 	c.version = v
 	a, err := g.store.Authenticate(ctx, hello.Token.Reveal())
@@ -243,15 +259,15 @@ func (c *conn) serve(ctx context.Context) {
 	case errors.Is(err, ErrUnknownToken):
 		c.reject(ctx, wire.Reject{Reason: wire.RejectUnknownToken, Message: "this panel does not know the agent's token",
 			InstallationID: g.cfg.InstallationID})
-		return
+		return false
 	case errors.Is(err, ErrRetired):
 		c.reject(ctx, wire.Reject{Reason: wire.RejectRetired, Message: "the agent was deleted; it must retire",
 			InstallationID: g.cfg.InstallationID})
-		return
+		return false
 	case err != nil:
 		g.log.Error("agent authentication failed", "err", err)
 		_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
-		return
+		return false
 	}
 	c.agent = a
 	if v >= wire.V4 {
@@ -262,26 +278,41 @@ func (c *conn) serve(ctx context.Context) {
 		if c.pinnedKey, err = g.store.PinInstallKey(ctx, a, c.helloKey, c.remote); err != nil {
 			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
 			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
-			return
+			return false
 		}
 	}
 	cfg, creds, err := g.store.Welcome(ctx, a)
 	if err != nil {
 		g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
 		_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
-		return
+		return false
 	}
 	w := wire.Welcome{Version: v, AgentID: a.ID, InstallationID: g.cfg.InstallationID, Config: cfg}
 	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
 	if err := c.send(ctx, w); err != nil {
-		return
+		return false
 	}
 	if err := g.store.Connected(ctx, a, g.cfg.ReplicaID, c.remote, hello.Host, hello.Build, v); err != nil {
 		g.log.Error("record agent connection", "agent", a.ID, "err", err)
 	}
 	g.register(c)
 	g.log.Info("agent connected", "agent", a.ID, "tenant", a.Tenant, "protocol", v, "remote", c.remote, "build", hello.Build)
+	return true
+}
 
+// run serves a welcomed connection until it ends, then records the
+// departure.
+func (c *conn) run(ctx context.Context) {
+	g, a := c.g, c.agent
+	defer func() {
+		// A panic here must not take the replica down with every other
+		// agent's connection: this goroutine is not net/http's.
+		if v := recover(); v != nil {
+			g.log.Error("agent connection failed", "agent", a.ID, "panic", fmt.Sprint(v))
+			_ = c.ws.CloseNow()
+			g.unregister(c)
+		}
+	}()
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); c.writer(sctx) }()
@@ -289,7 +320,7 @@ func (c *conn) serve(ctx context.Context) {
 	stop()
 	<-done
 	g.unregister(c)
-	// The request's context is gone; record the departure regardless.
+	// The connection's context is gone; record the departure regardless.
 	bctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel2()
 	if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID); err != nil {
@@ -506,6 +537,9 @@ func (c *conn) reader(ctx context.Context) {
 		case wire.PageResult:
 			c.pageResult(m)
 		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
+			if d, ok := m.(wire.Detected); ok {
+				c.g.panelIn.seen(c.agent.Tenant, d, time.Now())
+			}
 			if !c.claim(ctx, f.Message) {
 				return
 			}
@@ -601,6 +635,9 @@ func (g *Gateway) Offer(ctx context.Context, tenant string, o wire.Offer) {
 		}
 	}
 	g.mu.Unlock()
+	if len(cs) > 0 {
+		g.panelIn.sending(tenant, o.Job.Key)
+	}
 	for _, c := range cs {
 		go func() { _ = c.send(ctx, o) }()
 	}

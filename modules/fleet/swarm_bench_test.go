@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,18 +27,42 @@ import (
 )
 
 // rssKiB reads a process's resident set size.
-func rssKiB(tb testing.TB, pid int) int {
+func rssKiB(tb testing.TB, pid int) int { return statusKiB(tb, pid, "VmRSS") }
+
+// statusKiB reads one kB figure of /proc/PID/status (VmRSS, RssAnon,
+// RssFile).
+func statusKiB(tb testing.TB, pid int, field string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	require.NoError(tb, err)
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			require.NoError(tb, err)
 			return n
 		}
 	}
-	tb.Fatal("no VmRSS")
+	tb.Fatalf("no %s", field)
 	return 0
+}
+
+// goMetrics reads the Go runtime's figures from a panel's /metrics.
+func goMetrics(tb testing.TB, base string) map[string]float64 {
+	res, err := http.Get(base + "/metrics")
+	require.NoError(tb, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(tb, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes"} {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				require.NoError(tb, err)
+				out[name] = f
+			}
+		}
+	}
+	return out
 }
 
 // protocolClient is a protocol-only agent: hello, then it answers pings and
@@ -81,7 +109,9 @@ func protocolClient(ctx context.Context, url, token string, welcomed *atomic.Int
 // BenchmarkIdleAgentConnections measures how many idle agent connections one
 // panel holds per GiB: a swarm of FLEET_SWARM (default 2000) protocol-only
 // clients on loopback connects to a real panel process, and the panel's RSS
-// is read before and after. It also reports an idle agent process's RSS. It
+// is read before and after, with the Go heap, stacks and goroutines per
+// connection from its /metrics. It also reports the RSS of three idle agent
+// processes (median, min, max). It
 // runs once whatever b.N is (the figures are memory, not time).
 func BenchmarkIdleAgentConnections(b *testing.B) {
 	n := 2000
@@ -101,11 +131,29 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	acct, err := store.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "swarm", BoardURL: "http://127.0.0.1:1",
 		Username: "u", Password: "swarm-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	require.NoError(b, err)
-	tokens := make([]string, n+1)
-	for i := range tokens {
-		_, tokens[i], err = store.CreateAgent(ctx, tenant, acct, fmt.Sprintf("a%d", i), ops)
-		require.NoError(b, err)
+	tokens := make([]string, n+3)
+	var cwg sync.WaitGroup
+	var (
+		cmu  sync.Mutex
+		cerr error
+	)
+	for w := range 8 {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			for i := w; i < len(tokens); i += 8 {
+				var err error
+				if _, tokens[i], err = store.CreateAgent(ctx, tenant, acct, fmt.Sprintf("a%d", i), ops); err != nil {
+					cmu.Lock()
+					cerr = err
+					cmu.Unlock()
+					return
+				}
+			}
+		}()
 	}
+	cwg.Wait()
+	require.NoError(b, cerr)
 	dir, _ := os.MkdirTemp(testenv.Dir(b), "swarm-")
 	panel := testenv.Start(b, testenv.Binary(b), []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir},
 		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(b),
@@ -114,6 +162,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	wsURL := strings.Replace(base, "http", "ws", 1) + "/agent/ws"
 	time.Sleep(2 * time.Second)
 	before := rssKiB(b, panel.Cmd.Process.Pid)
+	mBefore := goMetrics(b, base)
 
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -143,21 +192,40 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	require.EqualValues(b, n, welcomed.Load())
 	time.Sleep(5 * time.Second)
 	after := rssKiB(b, panel.Cmd.Process.Pid)
+	mAfter := goMetrics(b, base)
 	perConn := float64(after-before) / float64(n)
 	b.ReportMetric(float64(before)/1024, "panel-idle-MiB")
 	b.ReportMetric(float64(after)/1024, "panel-MiB-with-swarm")
 	b.ReportMetric(perConn, "KiB/conn")
 	b.ReportMetric(1024*1024/perConn, "conns/GiB")
+	// Where a connection's memory is: the Go heap in use, goroutine stacks,
+	// goroutines (the rest of the RSS is the collector's headroom).
+	per := func(name string) float64 { return (mAfter[name] - mBefore[name]) / float64(n) }
+	b.ReportMetric(per("go_memstats_heap_inuse_bytes")/1024, "heap-KiB/conn")
+	b.ReportMetric(per("go_memstats_stack_inuse_bytes")/1024, "stack-KiB/conn")
+	b.ReportMetric(per("go_goroutines"), "goroutines/conn")
 
-	// One real idle agent process (no browser, no workers).
-	stateDir := filepath.Join(dir, "agent")
-	require.NoError(b, os.MkdirAll(stateDir, 0o700))
-	tok := filepath.Join(stateDir, "token")
-	require.NoError(b, os.WriteFile(tok, []byte(tokens[n]), 0o600))
-	ag := testenv.Start(b, testenv.Binary(b), []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + stateDir})
-	ag.WaitFor(`welcomed|connected`, time.Minute)
-	time.Sleep(5 * time.Second)
-	b.ReportMetric(float64(rssKiB(b, ag.Cmd.Process.Pid))/1024, "agent-idle-MiB")
+	// Three real idle agent processes (no browser, no workers), one after
+	// another: the median of their RSS five seconds after the welcome.
+	var rss, anon []int
+	for i := range 3 {
+		stateDir := filepath.Join(dir, fmt.Sprintf("agent%d", i))
+		require.NoError(b, os.MkdirAll(stateDir, 0o700))
+		tok := filepath.Join(stateDir, "token")
+		require.NoError(b, os.WriteFile(tok, []byte(tokens[n+i]), 0o600))
+		ag := testenv.Start(b, testenv.Binary(b), []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + stateDir})
+		ag.WaitFor(`welcomed|connected`, time.Minute)
+		time.Sleep(5 * time.Second)
+		rss = append(rss, rssKiB(b, ag.Cmd.Process.Pid))
+		anon = append(anon, statusKiB(b, ag.Cmd.Process.Pid, "RssAnon"))
+		_ = ag.Cmd.Process.Signal(syscall.SIGTERM)
+	}
+	slices.Sort(rss)
+	slices.Sort(anon)
+	b.ReportMetric(float64(rss[1])/1024, "agent-idle-MiB")
+	b.ReportMetric(float64(rss[0])/1024, "agent-idle-min-MiB")
+	b.ReportMetric(float64(rss[2])/1024, "agent-idle-max-MiB")
+	b.ReportMetric(float64(anon[1])/1024, "agent-anon-MiB")
 	cancel()
 	wg.Wait()
 }
