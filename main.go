@@ -54,6 +54,7 @@ var commands = []struct{ name, help string }{
 	{"crawl apply|run|list|runs|items|pause|resume|egress", "crawl jobs of a tenant: store versions, queue runs, read items (CSV, JSON Lines), set the egress allowlist; see crawl --help"},
 	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
 	{"unit-failed", "tell the journal and a signed webhook (FLEET_NOTIFY_WEBHOOK) that a systemd unit failed for good (--unit NAME); run by fleetwright-failure@.service"},
+	{"bench", "measure the claim path's floor (bare durable insert, loopback round trip) and the claim path through a real panel in every dispatch mode, with the ratios (--quick, --json; see bench --help)"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
 }
 
@@ -118,6 +119,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd == "loadtest" {
 		return runLoadtest(args, stdout, stderr)
+	}
+	if cmd == "bench" {
+		return runBench(args, stdout, stderr)
 	}
 	var o options
 	s := flags(&o)
