@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -66,6 +67,9 @@ type Gateway struct {
 	conns    map[string]*conn            // agent id → its connection on this replica
 	byTenant map[string]map[string]*conn // tenant → agent id → connection
 	rr       int
+	// sweeping says the sweeper (sweep.go) runs; it stops when the last
+	// connection has gone.
+	sweeping bool
 
 	connected   prometheus.Gauge
 	messages    *prometheus.CounterVec
@@ -140,16 +144,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	secure, how := transport(r, g.cfg.TrustedProxies)
-	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how, wake: make(chan struct{}, 1),
+	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how,
 		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
-		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), heard: make(chan struct{}, 1)}
+		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight)}
 	// The request's context ends when this handler returns; the
-	// connection's does when the connection does.
-	ctx := context.Background()
-	if !c.handshake(ctx) {
+	// connection's when the connection does.
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	if !c.handshake(c.ctx) {
+		c.stop()
 		return
 	}
-	go c.run(ctx)
+	go c.run()
 }
 
 type conn struct {
@@ -161,7 +166,22 @@ type conn struct {
 	remote  string
 	agent   Agent
 	version int
-	wake    chan struct{}
+	// ctx is the connection's life; stop ends it.
+	ctx  context.Context
+	stop context.CancelFunc
+	// heard is when the agent's last frame arrived (the gateway clock's
+	// Unix nanoseconds): the sweeper drops a connection silent for two
+	// ping intervals.
+	heard atomic.Int64
+	// delivering says a delivery of pending commands runs; again asks it
+	// to read them once more when it ends (a wake-up arrived meanwhile).
+	delivering, again atomic.Bool
+	// bg counts the connection's short-lived goroutines (spawn); ending
+	// (under mu) stops new ones once the connection has ended.
+	bg     sync.WaitGroup
+	ending bool
+	// nextPing and nextPoll are the sweeper's schedule (under mu).
+	nextPing, nextPoll time.Time
 	// secure: TLS end to end, or a local peer (transport); credentials are
 	// withheld otherwise. transport describes it for the log.
 	secure    bool
@@ -179,9 +199,6 @@ type conn struct {
 	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
 	sent    map[string]bool                 // commands written on this connection
 	sem     chan struct{}
-	// heard is signalled (without blocking) whenever the agent's frame
-	// arrives: the writer's silence limit starts again.
-	heard chan struct{}
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -211,6 +228,12 @@ func (c *conn) read(ctx context.Context) (wire.Frame, error) {
 	if err != nil {
 		return wire.Frame{}, err
 	}
+	return c.decode(ctx, typ, data)
+}
+
+// decode checks and decodes one frame; a bad one is answered with a
+// protocol error and ends the connection.
+func (c *conn) decode(ctx context.Context, typ websocket.MessageType, data []byte) (wire.Frame, error) {
 	if typ != websocket.MessageText {
 		c.fail(ctx, wire.Error{Code: wire.CodeMalformed, Message: "binary messages are not part of the protocol"})
 		return wire.Frame{}, errors.New("binary message")
@@ -221,10 +244,7 @@ func (c *conn) read(ctx context.Context) (wire.Frame, error) {
 		return wire.Frame{}, err
 	}
 	c.g.messages.WithLabelValues(string(f.Type)).Inc()
-	select {
-	case c.heard <- struct{}{}:
-	default:
-	}
+	c.heard.Store(c.g.cfg.Clock.Now().UnixNano())
 	return f, nil
 }
 
@@ -301,9 +321,11 @@ func (c *conn) handshake(ctx context.Context) bool {
 }
 
 // run serves a welcomed connection until it ends, then records the
-// departure.
-func (c *conn) run(ctx context.Context) {
-	g, a := c.g, c.agent
+// departure. It is the connection's only long-lived goroutine: commands
+// and pings are sent from short-lived ones the sweeper (sweep.go) and
+// wake-ups start.
+func (c *conn) run() {
+	g, a, ctx := c.g, c.agent, c.ctx
 	defer func() {
 		// A panic here must not take the replica down with every other
 		// agent's connection: this goroutine is not net/http's.
@@ -313,12 +335,15 @@ func (c *conn) run(ctx context.Context) {
 			g.unregister(c)
 		}
 	}()
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); c.writer(sctx) }()
-	c.reader(sctx)
-	stop()
-	<-done
+	c.heard.Store(g.cfg.Clock.Now().UnixNano())
+	c.kick()
+	c.spawn(func() { c.ping(ctx) })
+	c.reader(ctx)
+	c.stop()
+	c.mu.Lock()
+	c.ending = true
+	c.mu.Unlock()
+	c.bg.Wait()
 	g.unregister(c)
 	// The connection's context is gone; record the departure regardless.
 	bctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -347,6 +372,7 @@ func (g *Gateway) register(c *conn) {
 		g.byTenant[c.agent.Tenant] = map[string]*conn{}
 	}
 	g.byTenant[c.agent.Tenant][c.agent.ID] = c
+	g.watch(c)
 	g.mu.Unlock()
 	if old != nil {
 		// The same agent connected again before its old connection died.
@@ -399,47 +425,7 @@ func (g *Gateway) WakeAll() {
 	}
 }
 
-func (c *conn) nudge() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
-
-// writer delivers pending commands and measures the clock offset.
-func (c *conn) writer(ctx context.Context) {
-	g := c.g
-	c.deliver(ctx)
-	c.ping(ctx)
-	poll, ping := g.cfg.Clock.After(g.cfg.PollEvery), g.cfg.Clock.After(g.cfg.PingEvery)
-	// An agent answers every ping; two ping intervals without a word from
-	// it mean the path is dead even if no FIN or RST ever arrives (a
-	// partition, a frozen host): drop the connection, so its claims are
-	// handled as a lost connection's and the agent's reconnect is not
-	// mistaken for a second connection of a live one.
-	silence := g.cfg.Clock.After(2 * g.cfg.PingEvery)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.heard:
-			silence = g.cfg.Clock.After(2 * g.cfg.PingEvery)
-		case <-silence:
-			g.log.Warn("agent silent for two ping intervals; dropping its connection", "agent", c.agent.ID, "silent_for", 2*g.cfg.PingEvery, "remote", c.remote)
-			g.silentDrops.Inc()
-			_ = c.ws.CloseNow()
-			return
-		case <-c.wake:
-			c.deliver(ctx)
-		case <-poll:
-			c.deliver(ctx)
-			poll = g.cfg.Clock.After(g.cfg.PollEvery)
-		case <-ping:
-			c.ping(ctx)
-			ping = g.cfg.Clock.After(g.cfg.PingEvery)
-		}
-	}
-}
+func (c *conn) nudge() { c.kick() }
 
 func (c *conn) deliver(ctx context.Context) {
 	cmds, err := c.g.store.Pending(ctx, c.agent.Tenant, c.agent.ID)
@@ -500,57 +486,76 @@ func (c *conn) Offset() wire.Estimate {
 	return c.offset
 }
 
+// reader reads the agent's frames. Each is decoded and handled on a
+// short-lived goroutine while this one waits (order and back-pressure are
+// unchanged), so the connection's only long-lived goroutine keeps a shallow
+// stack: decoding and database work grow a stack to 8–16 KiB, which an idle
+// panel's collector seldom shrinks back.
 func (c *conn) reader(ctx context.Context) {
 	for {
-		f, err := c.read(ctx)
+		typ, data, err := c.ws.Read(ctx)
 		if err != nil {
 			return
 		}
-		at := c.g.cfg.Clock.Now()
-		switch m := f.Message.(type) {
-		case wire.Pong:
-			c.pong(ctx, m, at)
-		case wire.State:
-			if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
-				c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
-			}
-		case wire.Event:
-			if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
-				c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
-			}
-		case wire.AssistantReport:
-			if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
-				c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
-			}
-		case wire.CommandResult:
-			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
-				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)
-			}
-		case wire.LookupResult:
-			c.mu.Lock()
-			ch := c.lookups[m.RequestID]
-			delete(c.lookups, m.RequestID)
-			c.mu.Unlock()
-			if ch != nil {
-				ch <- m
-			}
-		case wire.PageResult:
-			c.pageResult(m)
-		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
-			if d, ok := m.(wire.Detected); ok {
-				c.g.panelIn.seen(c.agent.Tenant, d, time.Now())
-			}
-			if !c.claim(ctx, f.Message) {
-				return
-			}
-		case wire.Error:
-			c.g.log.Warn("agent reported a protocol error", "agent", c.agent.ID, "code", m.Code, "message", m.Message)
-			return
-		default:
-			c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("%s is not sent by agents", f.Type)})
+		more := false
+		c.offload(func() { more = c.handle(ctx, typ, data) })
+		if !more {
 			return
 		}
 	}
+}
+
+// handle decodes and handles one frame; false ends the connection.
+func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byte) bool {
+	f, err := c.decode(ctx, typ, data)
+	if err != nil {
+		return false
+	}
+	at := c.g.cfg.Clock.Now()
+	switch m := f.Message.(type) {
+	case wire.Pong:
+		c.pong(ctx, m, at)
+	case wire.State:
+		if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+			c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
+		}
+	case wire.Event:
+		if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+			c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
+		}
+	case wire.AssistantReport:
+		if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+			c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
+		}
+	case wire.CommandResult:
+		if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
+			c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)
+		}
+	case wire.LookupResult:
+		c.mu.Lock()
+		ch := c.lookups[m.RequestID]
+		delete(c.lookups, m.RequestID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	case wire.PageResult:
+		c.pageResult(m)
+	case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
+		if d, ok := m.(wire.Detected); ok {
+			c.g.panelIn.seen(c.agent.Tenant, d, time.Now())
+		}
+		if !c.claim(ctx, f.Message) {
+			return false
+		}
+	case wire.Error:
+		c.g.log.Warn("agent reported a protocol error", "agent", c.agent.ID, "code", m.Code, "message", m.Message)
+		return false
+	default:
+		c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("%s is not sent by agents", f.Type)})
+		return false
+	}
+	return true
 }
 
 func (c *conn) pong(ctx context.Context, p wire.Pong, at time.Time) {
