@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -58,6 +59,8 @@ type agent struct {
 	gateStop    *gateStopper // test-only (StopAfterGateEnv)
 	// panelClock is the agent's clock corrected to the panel's (TOTP codes).
 	panelClock *panelClock
+	// released is done once the start-up pages were handed back (trim_linux.go).
+	released sync.Once
 }
 
 // processStart is when this process started.
@@ -267,12 +270,38 @@ func (a *agent) session(ctx, workersCtx context.Context) sessionResult {
 			return sessionResult{out: outNetwork, err: err}
 		}
 		a.log.Info("agent: welcomed by the panel", "agent_id", m.AgentID, "installation", m.InstallationID, "protocol", m.Version)
+		a.released.Do(func() { go a.releaseStartup(ctx) })
 		err := s.serve(ctx, workersCtx)
 		return sessionResult{out: s.end, welcomed: true, err: err, reason: s.retireReason}
 	default:
 		s.protocolError(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("expected welcome or reject, got %s", f.Type)})
 		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: expected welcome or reject, got %s", f.Type)}
 	}
+}
+
+// releaseStartup hands back the memory start-up used and no longer needs —
+// the heap it dropped, the executable's pages (see releaseStartupPages) —
+// once the first welcome has settled: the workers it
+// configured started, the first state report went out. A real timer, not
+// the agent's clock: this is housekeeping, not a time rule.
+func (a *agent) releaseStartup(ctx context.Context) {
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	// What start-up allocated and dropped goes back to the system first
+	// (a collection and a scavenge), then the executable's pages: the
+	// collection itself reads type data it would otherwise fault back in.
+	debug.FreeOSMemory()
+	n, err := releaseStartupPages()
+	if err != nil {
+		a.log.Warn("agent: could not hand back start-up memory", "err", err)
+		return
+	}
+	a.log.Debug("agent: handed back the executable's start-up pages", "mapped_bytes", n)
 }
 
 // welcomed records the welcome and applies its configuration.
