@@ -155,6 +155,7 @@ func TestAV3AgentAnswersALookupInOne(t *testing.T) {
 	eng.SetLookuper(g)
 	_, token := b.agent(t, "acct-v3")
 	a := connectRawV(t, url, token, wire.V3)
+	require.Eventually(t, func() bool { return g.ConnectedCount() == 1 }, 10*time.Second, 10*time.Millisecond)
 
 	done := make(chan error, 1)
 	go func() { done <- eng.DuplicateSweep(ctx) }()
@@ -175,7 +176,7 @@ func TestAV3AgentAnswersALookupInOne(t *testing.T) {
 	}
 	l, raw, ok := next(rctx)
 	require.True(t, ok, "the v3 agent is asked")
-	require.NotContains(t, string(raw), `"cursor"`, "a v3 agent is sent no v4 field")
+	require.NotContains(t, string(raw), `"cursor"`, "the first page has no cursor")
 	now := time.Now()
 	ans, err := wire.Encode(wire.V3, wire.Frame{Time: now, Message: wire.LookupResult{RequestID: l.RequestID, Complete: true,
 		Bookings: []wire.Booking{{Key: "LD-1", BookingID: "1", BookedAt: now}, {Key: "LD-1", BookingID: "2", BookedAt: now}},
