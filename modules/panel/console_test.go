@@ -90,9 +90,11 @@ func newConsoleClock(t *testing.T, trusted []netip.Prefix, panelClock clock.Cloc
 	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: ports}})
 	require.NoError(t, err)
 	notifier := notify.New(d.App, v, notify.Config{Log: log, HTTP: g.Client(egress.ClientOptions{MaxRedirects: -1})})
+	crawlSvc := crawl.NewService(d.App, nil, nil)
+	crawlSvc.Store.SetVault(v)
 	h := panel.NewHTTP(panel.HTTPDeps{DB: d.App, Health: server.NewHealth(reg), Reg: reg, Log: log, Version: "test",
 		Clock: panelClock, Session: account.Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour},
-		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Vault: v, Notifier: notifier, Crawl: crawl.NewService(d.App, nil, nil)})
+		Fleet: fl, Claims: eng, Schedules: sched, TrustedProxies: trusted, Vault: v, Notifier: notifier, Crawl: crawlSvc})
 	srv := httptest.NewServer(h.Handler)
 	t.Cleanup(srv.Close)
 	return &console{d: d, h: h, srv: srv, logs: logs, fleet: fl, claims: eng, sched: sched, clk: clk, vault: v}
