@@ -390,10 +390,21 @@ limits: {concurrency: 3}
 		out := limitCLI("set", "crawl_pages_day", strconv.Itoa(today+5), "--tenant=acme")
 		require.Contains(t, out, fmt.Sprintf("tenant acme: crawl_pages_day set to %d", today+5))
 		require.Regexp(t, fmt.Sprintf(`crawl_pages_day\s+%d\s+none\s+%d \(tenant\)`, today+5, today+5), out)
+		// limitAlarm is the summary of the tenant's open limit.reached
+		// alarm of one limit ("" when none is open).
+		limitAlarm := func(name limit.Name) string {
+			open, err := alarm.ListTenant(ctx, f.d.App, f.tenant, true, 50)
+			require.NoError(t, err)
+			for _, a := range open {
+				if a.Kind == limit.AlarmKind && a.Key == string(name) {
+					return a.Summary
+				}
+			}
+			return ""
+		}
 		out = run("cat-limit")
 		require.Contains(t, out, fmt.Sprintf("stopped (limit: crawl_pages_day %d (tenant limit)) pages 5,", today+5))
-		open := f.openAlarms(ctx)
-		require.Contains(t, open[limit.AlarmKind], "crawl run of cat-limit stopped: limit: crawl_pages_day")
+		require.Contains(t, limitAlarm(limit.CrawlPagesPerDay), "crawl run of cat-limit stopped: limit: crawl_pages_day")
 
 		// A lower global limit applies to the tenant: nothing left today.
 		out = limitCLI("set", "crawl_pages_day", strconv.Itoa(today+2))
@@ -430,11 +441,13 @@ politeness: {concurrency: 1, delay: 300ms, jitter: 0}
 		limitCLI("set", "browser_concurrency", "0", "--tenant=acme")
 		out = run("cat-js")
 		require.Contains(t, out, "stopped (limit: browser_concurrency 0 (tenant limit)) pages 0,")
-		require.Contains(t, f.openAlarms(ctx)[limit.AlarmKind], "limit: browser_concurrency 0")
+		require.Contains(t, limitAlarm(limit.BrowserConcurrency), "crawl run of cat-js stopped: limit: browser_concurrency 0 (tenant limit)")
 		limitCLI("set", "browser_concurrency", "1", "--tenant=acme")
 		out = run("cat-js")
 		require.Contains(t, out, "succeeded (done)")
-		require.NotContains(t, f.openAlarms(ctx), limit.AlarmKind, "a run that ends within its limits resolves the alarm")
+		for _, n := range []limit.Name{limit.CrawlPagesPerDay, limit.RunTime, limit.BrowserConcurrency} {
+			require.Empty(t, limitAlarm(n), "a run that ends within its limits resolves the %s alarm", n)
+		}
 
 		// Completions per worker kind reach the metrics.
 		res, err := http.Get(f.base + "/metrics")

@@ -158,7 +158,7 @@ func TestAssistantOverItsSpendLimitIsPaused(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	require.Equal(t, limit.AlarmKind, open[0].Kind)
-	require.Contains(t, open[0].Summary, "assistant assistant-spend stopped: limit: model_spend_day $0.000001 (tenant limit)")
+	require.Contains(t, open[0].Summary, "assistant agent-assistant-spend stopped: limit: model_spend_day $0.000001 (tenant limit)")
 
 	task2, err := h.Submit("Read the brief.", []string{h.StudioURL + "/brief"}, nil)
 	require.NoError(t, err)

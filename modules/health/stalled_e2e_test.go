@@ -63,11 +63,11 @@ func descendants(pid int) []int {
 }
 
 // TestStalledWatcherIsHungAndAlerted is the hung-worker rule end to end with
-// a real stalled process: the panel binary (hang threshold 10 s for
+// a real stalled process: the panel binary (hang threshold 20 s for
 // watchers, a sweep every second), a sandbox board and an agent process with
 // a browser watcher. Its Chromium is stopped with SIGSTOP: the agent stays
 // alive and connected and keeps reporting, but the watcher reads nothing.
-// Within its threshold the panel raises worker.hung, the fleet store marks
+// Within its threshold (20 s here) the panel raises worker.hung, the fleet store marks
 // it hung and a signed webhook receives the alarm; after SIGCONT the watcher
 // reads again and the alarm resolves, with a resolve message. The panel
 // restarts nothing on its own.
@@ -101,7 +101,14 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 
 	// The webhook receiver, on a real socket.
 	var mu sync.Mutex
-	var events []map[string]any
+	type event struct {
+		Event string `json:"event"`
+		Alarm struct {
+			Kind string `json:"kind"`
+			Key  string `json:"key"`
+		} `json:"alarm"`
+	}
+	var events []event
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	n := notify.New(d.App, v, notify.Config{})
@@ -117,7 +124,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		var ev map[string]any
+		var ev event
 		_ = json.Unmarshal(body, &ev)
 		mu.Lock()
 		events = append(events, ev)
@@ -126,11 +133,11 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	received := func(event, kind string) bool {
+	received := func(what, kind string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range events {
-			if e["event"] == event && e["kind"] == kind {
+			if e.Event == what && e.Alarm.Kind == kind {
 				return true
 			}
 		}
@@ -141,7 +148,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	require.NoError(t, err)
 	bin := testenv.Binary(t)
 	panel := testenv.Start(t, bin, []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir,
-		"--hung-after=watcher=10s", "--health-interval=1s", "--notify-allow=127.0.0.0/8", "--notify-ports=" + port},
+		"--hung-after=watcher=20s", "--health-interval=1s", "--notify-allow=127.0.0.0/8", "--notify-ports=" + port},
 		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(t),
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
@@ -173,7 +180,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	}
 	require.Eventually(t, running, 2*time.Minute, 250*time.Millisecond, "the watcher runs")
 	// Healthy for longer than its threshold: never hung while it reads.
-	time.Sleep(12 * time.Second)
+	time.Sleep(25 * time.Second)
 	open, err := alarm.IsOpen(ctx, d.App, tenant, "worker.hung", workerKey)
 	require.NoError(t, err)
 	require.False(t, open, "a reading watcher is not hung")
@@ -193,7 +200,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 		open, err := alarm.IsOpen(ctx, d.App, tenant, "worker.hung", workerKey)
 		return err == nil && open
 	}, 45*time.Second, 250*time.Millisecond, "worker.hung raised")
-	t.Logf("hung alarm %s after SIGSTOP (threshold 10s, sweep 1s)", time.Since(stopped).Round(time.Second))
+	t.Logf("hung alarm %s after SIGSTOP (threshold 20s, sweep 1s)", time.Since(stopped).Round(time.Second))
 	require.Equal(t, "hung", health(), "the fleet page marks it hung")
 	require.Eventually(t, func() bool { return received("raised", "worker.hung") }, 30*time.Second, 250*time.Millisecond,
 		"the webhook received the alarm")
