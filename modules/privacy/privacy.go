@@ -27,7 +27,7 @@ import (
 )
 
 // secretColumn matches the columns an export leaves out.
-var secretColumn = regexp.MustCompile(`(?i)(secret|token_hash|password|totp|_box|sealed|private|install_key)`)
+var secretColumn = regexp.MustCompile(`(?i)(secret|token_hash|password|totp|_box|sealed|private|install_key|api_key|creds)`)
 
 // tenantTables lists the public tables with a tenant_id column.
 func tenantTables(ctx context.Context, q interface {

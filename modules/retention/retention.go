@@ -296,31 +296,36 @@ func (p *Pruner) tenant(ctx context.Context, tenant string) (Counts, error) {
 
 // statements delete one batch of a kind older than $1, at most $2 rows,
 // in the tenant's scope (row-level security keeps them to its rows).
-var statements = map[Kind]string{
-	AgentEvents: `DELETE FROM agent_events WHERE id IN (
+var statements = map[Kind][]string{
+	AgentEvents: {`DELETE FROM agent_events WHERE id IN (
 		SELECT id FROM agent_events e WHERE at < $1
 			AND id <> (SELECT max(id) FROM agent_events n WHERE n.agent_id = e.agent_id AND n.kind = e.kind)
-		LIMIT $2)`,
-	Screenshots: `UPDATE agent_events SET fields = fields - 'screenshot_jpeg_base64' WHERE id IN (
+		LIMIT $2)`},
+	Screenshots: {`UPDATE agent_events SET fields = fields - 'screenshot_jpeg_base64' WHERE id IN (
 		SELECT id FROM agent_events e WHERE at < $1 AND fields ? 'screenshot_jpeg_base64'
 			AND id <> (SELECT max(id) FROM agent_events n WHERE n.agent_id = e.agent_id AND n.kind = e.kind)
 		LIMIT $2)`,
-	ClaimsArchive: `DELETE FROM claims_archive WHERE (tenant_id, target_job_key, token) IN (
+		// A crawl trace's page screenshot (browser mode); the trace stays.
+		`UPDATE crawl_traces SET trace = trace - 'screenshot_jpeg_base64' WHERE id IN (
+		SELECT id FROM crawl_traces t WHERE at < $1 AND trace ? 'screenshot_jpeg_base64'
+			AND NOT EXISTS (SELECT 1 FROM alarms a WHERE a.resolved_at IS NULL AND a.link LIKE '%/crawl/traces/' || t.id)
+		LIMIT $2)`},
+	ClaimsArchive: {`DELETE FROM claims_archive WHERE (tenant_id, target_job_key, token) IN (
 		SELECT tenant_id, target_job_key, token FROM claims_archive a WHERE archived_at < $1
 			AND NOT EXISTS (SELECT 1 FROM claim_attempts x WHERE x.tenant_id = a.tenant_id AND x.target_job_key = a.target_job_key AND x.conflict)
-		LIMIT $2)`,
-	CrawlItems: `DELETE FROM crawl_items WHERE (tenant_id, job_id, key) IN (
-		SELECT tenant_id, job_id, key FROM crawl_items WHERE last_seen < $1 LIMIT $2)`,
-	CrawlRuns: `DELETE FROM crawl_runs WHERE id IN (
+		LIMIT $2)`},
+	CrawlItems: {`DELETE FROM crawl_items WHERE (tenant_id, job_id, key) IN (
+		SELECT tenant_id, job_id, key FROM crawl_items WHERE last_seen < $1 LIMIT $2)`},
+	CrawlRuns: {`DELETE FROM crawl_runs WHERE id IN (
 		SELECT id FROM crawl_runs r WHERE finished_at < $1
 			AND id NOT IN (SELECT id FROM crawl_runs n WHERE n.job_id = r.job_id ORDER BY queued_at DESC LIMIT 20)
-		LIMIT $2)`,
-	CrawlTraces: `DELETE FROM crawl_traces WHERE id IN (
+		LIMIT $2)`},
+	CrawlTraces: {`DELETE FROM crawl_traces WHERE id IN (
 		SELECT id FROM crawl_traces t WHERE at < $1
 			AND NOT EXISTS (SELECT 1 FROM alarms a WHERE a.resolved_at IS NULL AND a.link LIKE '%/crawl/traces/' || t.id)
-		LIMIT $2)`,
-	Alarms: `DELETE FROM alarms WHERE id IN (
-		SELECT id FROM alarms WHERE resolved_at < $1 AND tenant_id = app_tenant() LIMIT $2)`,
+		LIMIT $2)`},
+	Alarms: {`DELETE FROM alarms WHERE id IN (
+		SELECT id FROM alarms WHERE resolved_at < $1 AND tenant_id = app_tenant() LIMIT $2)`},
 }
 
 func (p *Pruner) prune(ctx context.Context, tenant string, k Kind, cutoff time.Time) (int64, error) {
@@ -329,18 +334,24 @@ func (p *Pruner) prune(ctx context.Context, tenant string, k Kind, cutoff time.T
 		return res.Entries, err
 	}
 	var total int64
-	for {
-		var n int64
-		err := db.InTenant(ctx, p.DB, tenant, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, statements[k], cutoff, p.Batch)
-			n = tag.RowsAffected()
-			return err
-		})
-		total += n
-		if err != nil || n < int64(p.Batch) {
-			return total, err
+	for _, stmt := range statements[k] {
+		for {
+			var n int64
+			err := db.InTenant(ctx, p.DB, tenant, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, stmt, cutoff, p.Batch)
+				n = tag.RowsAffected()
+				return err
+			})
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n < int64(p.Batch) {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
 // KindName is the schedule kind of the daily prune.

@@ -146,6 +146,11 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	var kept, gone int64
 	require.NoError(t, super.QueryRow(ctx, `INSERT INTO crawl_traces (tenant_id, job_id, run_id, rule, detail, at) VALUES ($1, $2, gen_random_uuid(), 'r', 'd', $3) RETURNING id`, acme, job, old).Scan(&kept))
 	require.NoError(t, super.QueryRow(ctx, `INSERT INTO crawl_traces (tenant_id, job_id, run_id, rule, detail, at) VALUES ($1, $2, gen_random_uuid(), 'r', 'd', $3) RETURNING id`, acme, job, old).Scan(&gone))
+	// A 10-day-old browser trace loses its screenshot and stays.
+	var shot int64
+	require.NoError(t, super.QueryRow(ctx, `INSERT INTO crawl_traces (tenant_id, job_id, run_id, rule, detail, trace, at)
+		VALUES ($1, $2, gen_random_uuid(), 'r', 'd', '{"status": 200, "screenshot_jpeg_base64": "/9j/AAAA"}', $3) RETURNING id`,
+		acme, job, now.Add(-10*24*time.Hour)).Scan(&shot))
 	_, err = alarm.Raise(ctx, d.App, alarm.Alarm{Kind: "crawl.zero_results", Key: job, Tenant: acme, Severity: alarm.Critical,
 		Summary: "zero", Link: "/t/acme/crawl/traces/" + strconv.FormatInt(kept, 10)})
 	require.NoError(t, err)
@@ -175,7 +180,7 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	require.NoError(t, err)
 	c := rep.Tenants[acme]
 	require.EqualValues(t, 2, c[retention.AgentEvents])
-	require.EqualValues(t, 1, c[retention.Screenshots])
+	require.EqualValues(t, 2, c[retention.Screenshots], "an agent event's and a trace's")
 	require.EqualValues(t, 1, c[retention.ClaimsArchive])
 	require.EqualValues(t, 1, c[retention.CrawlItems])
 	require.EqualValues(t, 2, c[retention.CrawlRuns])
@@ -193,6 +198,7 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	require.Equal(t, 20, count(`SELECT count(*) FROM crawl_runs WHERE job_id = $1`, job))
 	require.Equal(t, 1, count(`SELECT count(*) FROM crawl_traces WHERE id = $1`, kept), "linked from an open alarm")
 	require.Equal(t, 0, count(`SELECT count(*) FROM crawl_traces WHERE id = $1`, gone))
+	require.Equal(t, 1, count(`SELECT count(*) FROM crawl_traces WHERE id = $1 AND trace->>'status' = '200' AND NOT trace ? 'screenshot_jpeg_base64'`, shot))
 	require.Equal(t, 1, count(`SELECT count(*) FROM alarms WHERE tenant_id = $1`, acme), "the open alarm")
 
 	// The prune is audited in the tenant's chain (after the checkpoint),
