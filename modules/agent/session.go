@@ -226,7 +226,7 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.Lookup:
 		// Answered off the read loop: a look-up may take seconds.
 		go func() {
-			res := s.a.lookup(s.rctx, m)
+			res := s.a.lookup(s.rctx, m, s.version)
 			if err := s.send(s.rctx, res); err != nil {
 				s.a.log.Warn("agent: could not answer a look-up", "err", err)
 			}
