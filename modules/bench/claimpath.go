@@ -160,6 +160,12 @@ func Connect(ctx context.Context, url string, tokens []string) (*ClaimPath, erro
 			cp.Close()
 			return nil, err
 		}
+		// As a real agent does on connect: its state, one running actor
+		// (assign mode chooses among the actors agents report running).
+		if err := c.send(ctx, wire.State{Workers: []wire.WorkerState{{Name: "actor", Kind: "http_actor", State: wire.WorkerRunning}}}); err != nil {
+			cp.Close()
+			return nil, fmt.Errorf("bench: state: %w", err)
+		}
 		cp.actors = append(cp.actors, c)
 		cp.wg.Add(1)
 		go cp.serve(rctx, c)
@@ -243,32 +249,53 @@ func (cp *ClaimPath) serve(ctx context.Context, c *client) {
 			if m.Granted {
 				cp.mark(m.Key, true, time.Now())
 				c.lmu.Lock()
-				c.leases[m.Key] = m
+				c.leases[m.Key] = wire.LeaseResult{Key: m.Key, Token: m.Token, OperationID: m.OperationID}
 				c.lmu.Unlock()
 				_ = c.send(ctx, wire.ActRequest{RequestID: wire.NewID(), Worker: "actor", Key: m.Key, Token: m.Token})
 			}
-		case wire.ActResult:
+		case wire.LeaseGrant:
+			// Assign mode: the job is this actor's, already ACTING; its
+			// gate asks the panel's read-only fenced check before the
+			// request leaves.
+			cp.mark(m.Job.Key, true, time.Now())
 			c.lmu.Lock()
-			l, ok := c.leases[m.Key]
-			delete(c.leases, m.Key)
+			// RequestID carries the grant's worker, for the outcome.
+			c.leases[m.Job.Key] = wire.LeaseResult{RequestID: m.Worker, Key: m.Job.Key, Token: m.Token, OperationID: m.OperationID}
 			c.lmu.Unlock()
-			if !m.OK || !ok {
-				continue
-			}
-			now := time.Now()
-			cp.mark(m.Key, false, now)
-			op := m.OperationID
-			if op == "" {
-				op = l.OperationID
-			}
-			cp.reporting.Add(1)
-			if c.send(ctx, wire.Outcome{RequestID: wire.NewID(), Worker: "actor", Key: m.Key, Token: l.Token, OperationID: op,
-				Result: wire.ResultConfirmed, SentAt: &now, ConfirmedAt: &now}) != nil {
-				cp.reporting.Add(-1)
-			}
+			_ = c.send(ctx, wire.GateCheck{RequestID: wire.NewID(), Worker: m.Worker, Key: m.Job.Key, Token: m.Token})
+		case wire.GateResult:
+			cp.acted(ctx, c, m.Key, m.OK, "")
+		case wire.ActResult:
+			cp.acted(ctx, c, m.Key, m.OK, m.OperationID)
 		case wire.OutcomeAck:
 			cp.reporting.Add(-1)
 		}
+	}
+}
+
+// acted is an actor's answer to its act request or gate check: on OK it is
+// at act_sent, and reports CONFIRMED as an actor whose booking went through.
+func (cp *ClaimPath) acted(ctx context.Context, c *client, key string, ok bool, op string) {
+	c.lmu.Lock()
+	l, found := c.leases[key]
+	delete(c.leases, key)
+	c.lmu.Unlock()
+	if !ok || !found {
+		return
+	}
+	now := time.Now()
+	cp.mark(key, false, now)
+	if op == "" {
+		op = l.OperationID
+	}
+	worker := l.RequestID // the grant's worker (assign), or "actor"
+	if worker == "" {
+		worker = "actor"
+	}
+	cp.reporting.Add(1)
+	if c.send(ctx, wire.Outcome{RequestID: wire.NewID(), Worker: worker, Key: key, Token: l.Token, OperationID: op,
+		Result: wire.ResultConfirmed, SentAt: &now, ConfirmedAt: &now}) != nil {
+		cp.reporting.Add(-1)
 	}
 }
 
