@@ -212,6 +212,7 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 	}
 	cp.Wait(ctx, "paced", cfg.drainLimit)
 	mr.Paced = Summarise(cp.Jobs("paced"), time.Now())
+	settle(ctx, cfg, cp, "paced", mr.Paced)
 	mr.DetectActSent, mr.DetectLeased, mr.PanelIn = mr.Paced.DetectActSent, mr.Paced.DetectLeased, mr.Paced.PanelIn
 
 	say("  burst: %d jobs at once", cfg.Burst)
@@ -220,6 +221,7 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 	}
 	cp.Wait(ctx, "burst", cfg.drainLimit)
 	mr.Burst = Summarise(cp.Jobs("burst"), time.Now())
+	settle(ctx, cfg, cp, "burst", mr.Burst)
 	mr.Burst1000MaxMS = mr.Burst.MaxActSentMS
 
 	rate, last := cfg.Rate, ""
@@ -246,6 +248,14 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	return mr, nil
+}
+
+// settle waits (unmeasured, at most another drain limit) for a phase's
+// unfinished jobs, so the next phase does not start behind its backlog.
+func settle(ctx context.Context, cfg Config, cp *ClaimPath, prefix string, ph Phase) {
+	if ph.Unfinished > 0 {
+		cp.Wait(ctx, prefix, cfg.drainLimit)
+	}
 }
 
 // levelFilter passes only errors of the text log to w (the panel's other
