@@ -223,7 +223,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 		agents = append(agents, testenv.Start(b, testenv.Binary(b), []string{"--role=agent", "--panel=" + base, "--token-file=" + tok, "--state-dir=" + stateDir}))
 	}
 	for _, ag := range agents {
-		ag.WaitFor(`welcomed by the panel`, time.Minute)
+		ag.WaitFor(`welcomed by the panel`, 3*time.Minute)
 	}
 	median := func(field string) float64 {
 		var v []int
