@@ -252,6 +252,9 @@ func verifyAudit(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout
 	}
 	fmt.Fprintf(stdout, "audit verify: %d chains, %d entries (%d not sealed yet), %d anchors from %s\n",
 		rep.Chains, rep.Entries, rep.Unsealed, rep.Anchors, path)
+	if rep.Checkpoints > 0 {
+		fmt.Fprintf(stdout, "audit verify: %d chains verified from a checkpoint (their older entries were dropped by retention)\n", rep.Checkpoints)
+	}
 	for _, p := range rep.Problems {
 		fmt.Fprintln(stdout, "PROBLEM:", p)
 	}
@@ -266,7 +269,13 @@ func verifyAudit(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout
 // the embedded cluster — started here (and migrated) when no panel runs, or
 // the running panel's when its data directory is locked.
 func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*pgxpool.Pool) error) error {
-	appURL := o.databaseAppURL
+	return withDB(ctx, o, log, false, func(app, _ *pgxpool.Pool) error { return fn(app) })
+}
+
+// withDB is withAppDB that also connects as the owner role when owner is
+// true (erasing a tenant deletes history the application role may not).
+func withDB(ctx context.Context, o adminOptions, log *slog.Logger, owner bool, fn func(app, owner *pgxpool.Pool) error) error {
+	appURL, ownerURL := o.databaseAppURL, o.databaseURL
 	if o.databaseURL != "" && appURL == "" {
 		return errors.New("--database-url needs --database-app-url (FLEET_DATABASE_APP_URL)")
 	}
@@ -281,22 +290,22 @@ func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*p
 				return err
 			}
 			defer pg.Stop()
-			owner, err := db.Open(ctx, pg.OwnerURL(), 2)
+			own, err := db.Open(ctx, pg.OwnerURL(), 2)
 			if err != nil {
 				return err
 			}
-			err = db.Migrate(ctx, owner, migrations.FS, embedded.AppRole, log)
-			owner.Close()
+			err = db.Migrate(ctx, own, migrations.FS, embedded.AppRole, log)
+			own.Close()
 			if err != nil {
 				return err
 			}
-			appURL = pg.AppURL()
+			appURL, ownerURL = pg.AppURL(), pg.OwnerURL()
 		case errors.Is(err, embedded.ErrLocked):
 			pg, err := embedded.Attach(ctx, pgDir)
 			if err != nil {
 				return err
 			}
-			appURL = pg.AppURL()
+			appURL, ownerURL = pg.AppURL(), pg.OwnerURL()
 		default:
 			return err
 		}
@@ -309,5 +318,12 @@ func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*p
 	if err := db.CheckAppRole(ctx, pool); err != nil {
 		return err
 	}
-	return fn(pool)
+	var own *pgxpool.Pool
+	if owner {
+		if own, err = db.Open(ctx, ownerURL, 2); err != nil {
+			return err
+		}
+		defer own.Close()
+	}
+	return fn(pool, own)
 }
