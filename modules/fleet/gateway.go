@@ -168,6 +168,9 @@ type conn struct {
 	// heard is signalled (without blocking) whenever the agent's frame
 	// arrives: the writer's silence limit starts again.
 	heard chan struct{}
+	// limitAlarms: an enrolled assistant's tasks by id, true while this
+	// connection holds their limit alarm open (assistantAlarms).
+	limitAlarms map[int64]bool
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -272,6 +275,14 @@ func (c *conn) serve(ctx context.Context) {
 		return
 	}
 	w := wire.Welcome{Version: v, AgentID: a.ID, InstallationID: g.cfg.InstallationID, Config: cfg}
+	if v >= wire.V4 {
+		// An assistant's limits (only an assistant reads them).
+		if w.AssistantLimits, err = g.store.AssistantLimits(ctx, a.Tenant); err != nil {
+			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
+			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+			return
+		}
+	}
 	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
 	if err := c.send(ctx, w); err != nil {
 		return
@@ -491,6 +502,7 @@ func (c *conn) reader(ctx context.Context) {
 			if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
 			}
+			c.assistantAlarms(ctx, m)
 		case wire.CommandResult:
 			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)

@@ -72,10 +72,10 @@ func allSamples(v int) map[Type]Message {
 			Clock: fixtureTime, Token: NewSecret(fixtureToken), InstallKey: "hSDwCYkwp1R0i33ctD73Wg2_Og0mOBr066SpjqqbTmo"},
 		TypeWelcome: Welcome{Version: v, AgentID: "ag_01HZX4", InstallationID: "inst_7c1e",
 			Config: sampleConfig(), Credentials: sampleCredentials(), SealedCredentials: sampleSealed(),
-			CredentialsWithheld: WithheldKeyMismatch},
+			CredentialsWithheld: WithheldKeyMismatch, AssistantLimits: sampleAssistantLimits()},
 		TypeReject: Reject{Reason: RejectIncompatibleVersion, Message: "agent speaks 3..3, panel speaks 1..2",
 			InstallationID: "inst_7c1e", MinVersion: 1, MaxVersion: 2},
-		TypeConfigure:     Configure{CommandID: "cmd_01", Config: sampleConfig()},
+		TypeConfigure:     Configure{CommandID: "cmd_01", Config: sampleConfig(), AssistantLimits: sampleAssistantLimits()},
 		TypePause:         Pause{CommandID: "cmd_02", Reason: "tenant paused by operator"},
 		TypeResume:        Resume{CommandID: "cmd_03"},
 		TypeRestartWorker: RestartWorker{CommandID: "cmd_04", Worker: "actor-1"},
@@ -118,7 +118,14 @@ func allSamples(v int) map[Type]Message {
 			Goal: "Draft the launch post and publish it", Status: "awaiting approval", Steps: 10, Tokens: 7223, Tabs: []string{"brief", "drafts", "calendar"},
 			Progress:        "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
 			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
+		TypeAssistantTask: AssistantTaskStart{CommandID: "cmd_08", Goal: "Draft the launch post from the brief and publish it",
+			StartURLs: []string{"https://studio.example.test/brief", "https://studio.example.test/drafts"}, By: "ops@acme.test"},
 	}
+}
+
+func sampleAssistantLimits() *AssistantLimits {
+	return &AssistantLimits{Tenant: AssistantLimitSet{TaskSteps: 40, TaskCostUSD: 0.5, DayCostUSD: 5},
+		Global: AssistantLimitSet{TaskTokens: 200000, TaskWallSeconds: 1800, TaskTabs: 8, DaySteps: 500, DayTokens: 2000000}}
 }
 
 // sampleSealed is a fixed box (the fixture cannot seal afresh: that is random).
