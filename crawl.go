@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,13 +21,14 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
-var crawlSubs = []string{"validate", "apply", "run", "list", "runs", "items", "pause", "resume", "egress"}
+var crawlSubs = []string{"validate", "apply", "run", "list", "runs", "items", "pause", "resume", "egress", "proxy", "captcha"}
 
 const crawlUsage = `Usage: fleetwright crawl SUBCOMMAND [flags]
 
@@ -37,6 +40,17 @@ const crawlUsage = `Usage: fleetwright crawl SUBCOMMAND [flags]
   items NAME --tenant T     a job's items: --format table|jsonl|csv, --run ID, --contains TEXT, --limit N
   pause NAME / resume NAME  pause or resume a job and its schedule
   egress --tenant T --allow CIDR… --port N…   set the tenant's egress allowlist (admin; audited; docs/EGRESS.md)
+  proxy pool NAME --tenant T [--rotation sticky|round_robin|on_failure] [--bench-after N] [--remove-after N] [--cooldown D] [--allow CIDR…]
+                            create a proxy pool or change its rules; --allow sets the internal ranges its proxies may sit in (admin; audited; none clears)
+  proxy add POOL URL --tenant T [--username U] [--password-stdin]
+                            add a proxy (http://, https:// or socks5://host:port); its password is read from stdin, sealed at rest, never shown again
+  proxy list --tenant T     the pools, their proxies and each proxy's health
+  proxy remove ID / proxy restore ID   delete a proxy, or put a benched or removed one back into rotation
+  captcha show --tenant T   the captcha solver authorisation in force, if any
+  captcha authorise --tenant T --solver NAME --endpoint URL --reference TEXT [--api-key-stdin]
+                            record who authorised a solver, when, and the reference to the written permission (admin; audited);
+                            refused for a solver this binary does not have (none ships)
+  captcha revoke --tenant T end the authorisation in force (audited)
 
 The database flags are the admin commands' (--data-dir, --database-url, --database-app-url).
 `
@@ -71,6 +85,17 @@ func runCrawl(args []string, stdout, stderr io.Writer) int {
 	s.Int(&c.limit, "limit", "", 0, "items: at most this many (0: all); runs: default 20")
 	s.List(&c.allow, "allow", "", "egress: an allowed CIDR range or address (repeatable)")
 	s.List(&c.ports, "port", "", "egress: an allowed extra port (repeatable)")
+	s.String(&c.rotation, "rotation", "", "", "proxy pool: sticky (default), round_robin or on_failure")
+	s.Int(&c.benchAfter, "bench-after", "", 0, "proxy pool: failures in a row that bench a proxy (default 3)")
+	s.Int(&c.removeAfter, "remove-after", "", 0, "proxy pool: benches in a row that remove a proxy (default 5)")
+	s.Duration(&c.cooldown, "cooldown", "", 0, "proxy pool: a bench's first cooldown, doubled for each bench in a row (default 30s)")
+	s.String(&c.username, "username", "", "", "proxy add: the proxy's username")
+	s.String(&c.solver, "solver", "", "", "captcha authorise: the solver adapter's name")
+	s.String(&c.endpoint, "endpoint", "", "", "captcha authorise: the solver's endpoint URL")
+	s.String(&c.reference, "reference", "", "", "captcha authorise: the reference to the written permission (contract, ticket, document)")
+	s.Bool(&c.apiKeyStdin, "api-key-stdin", "", false, "captcha authorise: read the solver's API key from the first line of standard input")
+	s.Bool(&c.passwordStdin, "password-stdin", "", false, "proxy add: read the proxy's password from the first line of standard input")
+	s.String(&c.secretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "", "proxy add: the panel's secret key file that seals credentials (default DATA_DIR/secret.key; FLEET_SECRET_KEY wins)")
 	var pos []string
 	rest := args[1:]
 	for {
@@ -89,7 +114,7 @@ func runCrawl(args []string, stdout, stderr io.Writer) int {
 		}
 		pos, rest = append(pos, r[0]), r[1:]
 	}
-	need := map[string]int{"apply": -1, "run": 1, "runs": 1, "items": 1, "pause": 1, "resume": 1, "list": 0, "egress": 0}[sub]
+	need := map[string]int{"apply": -1, "run": 1, "runs": 1, "items": 1, "pause": 1, "resume": 1, "list": 0, "egress": 0, "proxy": -2, "captcha": 1}[sub]
 	switch {
 	case o.tenant == "":
 		fmt.Fprintf(stderr, "fleetwright crawl %s: --tenant is required\n", sub)
@@ -97,6 +122,21 @@ func runCrawl(args []string, stdout, stderr io.Writer) int {
 	case need == -1 && len(pos) == 0:
 		fmt.Fprintf(stderr, "fleetwright crawl %s: give one or more job files\n", sub)
 		return 2
+	case need == -2:
+		if msg := proxyUsage(pos); msg != "" {
+			fmt.Fprintf(stderr, "fleetwright crawl proxy: %s (see fleetwright crawl --help)\n", msg)
+			return 2
+		}
+		if len(pos) > 0 && pos[0] == "add" {
+			key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), secretKeyFile(o, c), false)
+			if err == nil {
+				c.vault, err = vault.New(key)
+			}
+			if err != nil && c.passwordStdin {
+				fmt.Fprintf(stderr, "fleetwright crawl proxy add: %v: the panel's secret key seals the password at rest; run this where the panel's --data-dir or FLEET_SECRET_KEY is\n", err)
+				return 1
+			}
+		}
 	case need >= 0 && len(pos) != need:
 		fmt.Fprintf(stderr, "fleetwright crawl %s: takes %d argument(s) (the job's name), got %d\n", sub, need, len(pos))
 		return 2
@@ -137,12 +177,21 @@ func runCrawl(args []string, stdout, stderr io.Writer) int {
 }
 
 type crawlOptions struct {
-	wait          bool
-	timeout       time.Duration
-	format        string
-	run, contains string
-	limit         int
-	allow, ports  []string
+	rotation                string
+	benchAfter, removeAfter int
+	cooldown                time.Duration
+	username, secretKeyFile string
+	passwordStdin           bool
+	vault                   *vault.Vault
+	solver, endpoint        string
+	reference               string
+	apiKeyStdin             bool
+	wait                    bool
+	timeout                 time.Duration
+	format                  string
+	run, contains           string
+	limit                   int
+	allow, ports            []string
 }
 
 func crawlCommand(ctx context.Context, svc *crawl.Service, tenant, sub string, pos []string, c crawlOptions, stdout, stderr io.Writer) (int, error) {
@@ -251,6 +300,10 @@ func crawlCommand(ctx context.Context, svc *crawl.Service, tenant, sub string, p
 			return 1, err
 		}
 		fmt.Fprintf(stdout, "job %q %sd\n", j.Name, sub)
+	case "proxy":
+		return crawlProxy(ctx, svc, tenant, pos, c, stdout)
+	case "captcha":
+		return crawlCaptcha(ctx, svc, tenant, pos[0], c, stdout)
 	case "egress":
 		var ports []int
 		for _, p := range c.ports {
@@ -275,6 +328,9 @@ func printRun(w io.Writer, r crawl.Run) {
 	}
 	fmt.Fprintf(w, "run %s: %s (%s) pages %d, items %d (new %d, changed %d), errors %d, selector failures %d, bytes %d, %s\n",
 		r.ID, r.State, r.Reason, r.Pages, r.Items, r.NewItems, r.ChangedItems, r.Errors, r.SelectorFailures, r.Bytes, dur)
+	if r.Captchas > 0 {
+		fmt.Fprintf(w, "  %d page(s) showed a captcha: a person must look\n", r.Captchas)
+	}
 	hosts := make([]string, 0, len(r.Domains))
 	for h := range r.Domains {
 		hosts = append(hosts, h)
@@ -384,4 +440,142 @@ func crawlValidate(files []string, stdout, stderr io.Writer) int {
 			f, j.Name, j.Render, len(j.StartURLs()), len(j.Extract.Fields), []string(j.ItemKey))
 	}
 	return code
+}
+
+func secretKeyFile(o adminOptions, c crawlOptions) string {
+	if c.secretKeyFile != "" {
+		return c.secretKeyFile
+	}
+	return filepath.Join(o.dataDir, "secret.key")
+}
+
+// proxyUsage checks the positional arguments of crawl proxy.
+func proxyUsage(pos []string) string {
+	if len(pos) == 0 {
+		return "give one of: pool NAME, add POOL URL, list, remove ID, restore ID"
+	}
+	want := map[string]int{"pool": 2, "add": 3, "list": 1, "remove": 2, "restore": 2}
+	n, ok := want[pos[0]]
+	switch {
+	case !ok:
+		return fmt.Sprintf("unknown action %q; give one of: pool, add, list, remove, restore", pos[0])
+	case len(pos) != n:
+		return fmt.Sprintf("%s takes %d argument(s), got %d", pos[0], n-1, len(pos)-1)
+	}
+	return ""
+}
+
+// crawlProxy is `crawl proxy …`: pools, proxies and their health.
+func crawlProxy(ctx context.Context, svc *crawl.Service, tenant string, pos []string, c crawlOptions, stdout io.Writer) (int, error) {
+	by := cliActor()
+	st := svc.Store
+	switch pos[0] {
+	case "pool":
+		p, err := st.SetPool(ctx, tenant, by, crawl.PoolInput{Name: pos[1], Rotation: c.rotation, BenchAfter: c.benchAfter,
+			RemoveAfter: c.removeAfter, Cooldown: c.cooldown})
+		if err != nil {
+			return 1, err
+		}
+		if len(c.allow) > 0 {
+			allow := c.allow
+			if len(allow) == 1 && allow[0] == "none" {
+				allow = nil
+			}
+			if err := st.SetPoolAllow(ctx, tenant, by, p.Name, allow); err != nil {
+				return 1, err
+			}
+			p.Allow = allow
+		}
+		fmt.Fprintf(stdout, "pool %q: rotation %s, bench after %d failures for %s (doubling), removed after %d benches, internal ranges allowed %v\n",
+			p.Name, p.Rotation, p.BenchAfter, p.Cooldown, p.RemoveAfter, p.Allow)
+	case "add":
+		password := ""
+		if c.passwordStdin {
+			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			if err != nil && line == "" {
+				return 1, fmt.Errorf("read the password from stdin: %w", err)
+			}
+			password = strings.TrimRight(line, "\r\n")
+			logging.RegisterSecret(password)
+		}
+		st.SetVault(c.vault)
+		p, err := st.AddProxy(ctx, tenant, by, pos[1], crawl.ProxyInput{URL: pos[2], Username: c.username, Password: password})
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "proxy %s added to pool %q as %s (password %s)\n", p.URL(), pos[1], p.ID,
+			map[bool]string{true: "sealed", false: "none"}[p.HasPassword])
+	case "list":
+		pools, err := st.Pools(ctx, tenant)
+		if err != nil {
+			return 1, err
+		}
+		for _, p := range pools {
+			fmt.Fprintf(stdout, "pool %s  rotation %s  bench after %d for %s  remove after %d  allow %v\n",
+				p.Name, p.Rotation, p.BenchAfter, p.Cooldown, p.RemoveAfter, p.Allow)
+			for _, x := range p.Proxies {
+				fmt.Fprintf(stdout, "  %s  %-36s %-8s score %.2f  failures %d  benches %d", x.ID, x.URL(), x.State, x.Score, x.Failures, x.Benches)
+				if x.BenchedUntil != nil {
+					fmt.Fprintf(stdout, "  benched until %s", x.BenchedUntil.UTC().Format(time.RFC3339))
+				}
+				if x.LastError != "" {
+					fmt.Fprintf(stdout, "  last error: %s", x.LastError)
+				}
+				fmt.Fprintln(stdout)
+			}
+		}
+	case "remove":
+		if err := st.RemoveProxy(ctx, tenant, by, pos[1]); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "proxy %s removed\n", pos[1])
+	case "restore":
+		if err := st.RestoreProxy(ctx, tenant, by, pos[1]); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "proxy %s restored: active, health reset\n", pos[1])
+	}
+	return 0, nil
+}
+
+// crawlCaptcha is `crawl captcha show|authorise|revoke`.
+func crawlCaptcha(ctx context.Context, svc *crawl.Service, tenant, action string, c crawlOptions, stdout io.Writer) (int, error) {
+	st := svc.Store
+	switch action {
+	case "show":
+		a, err := st.CaptchaAuthorisation(ctx, tenant)
+		if errors.Is(err, crawl.ErrCaptchaNotAuthorised) {
+			fmt.Fprintln(stdout, "no captcha solver is authorised for this tenant: a captcha stops the page and a person must look")
+			return 0, nil
+		}
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "solver %s at %s, authorised by %s at %s, written permission: %s\n", a.Solver, a.Endpoint, a.AuthorisedBy,
+			a.AuthorisedAt.UTC().Format(time.RFC3339), a.Reference)
+	case "authorise":
+		key := ""
+		if c.apiKeyStdin {
+			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			if err != nil && line == "" {
+				return 1, fmt.Errorf("read the API key from stdin: %w", err)
+			}
+			key = strings.TrimRight(line, "\r\n")
+			logging.RegisterSecret(key)
+		}
+		a, err := st.AuthoriseCaptcha(ctx, tenant, cliActor(), crawl.CaptchaAuthInput{Solver: c.solver, Endpoint: c.endpoint,
+			Reference: c.reference, APIKey: key}, crawl.SolverNames(crawl.BuiltinSolvers))
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "solver %s authorised (%s), written permission: %s\n", a.Solver, a.ID, a.Reference)
+	case "revoke":
+		if err := st.RevokeCaptcha(ctx, tenant, cliActor()); err != nil {
+			return 1, err
+		}
+		fmt.Fprintln(stdout, "captcha solver authorisation revoked")
+	default:
+		return 2, fmt.Errorf("captcha takes show, authorise or revoke, not %q", action)
+	}
+	return 0, nil
 }

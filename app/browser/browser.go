@@ -346,6 +346,34 @@ func (b *Browser) Page(ctx context.Context) (*rod.Page, error) {
 	return p, nil
 }
 
+// PageVia opens a blank page, emulated like Page, in a new browser context
+// whose only proxy is proxyURL, loopback included. dispose closes the
+// context with its pages. One Chromium can so serve pages through several
+// proxies (a crawler's pool) at once.
+func (b *Browser) PageVia(ctx context.Context, proxyURL string) (page *rod.Page, dispose func(), err error) {
+	res, err := proto.TargetCreateBrowserContext{DisposeOnDetach: true, ProxyServer: proxyURL,
+		ProxyBypassList: "<-loopback>"}.Call(b.Browser.Context(ctx))
+	if err != nil {
+		return nil, nil, fmt.Errorf("browser: new context: %w", err)
+	}
+	dispose = func() {
+		_ = proto.TargetDisposeBrowserContext{BrowserContextID: res.BrowserContextID}.Call(b.Browser)
+	}
+	inContext := *b.Browser
+	inContext.BrowserContextID = res.BrowserContextID
+	p, err := inContext.Context(ctx).Page(proto.TargetCreateTarget{URL: "about:blank"})
+	if err != nil {
+		dispose()
+		return nil, nil, fmt.Errorf("browser: new page: %w", err)
+	}
+	if err := b.emulate(p); err != nil {
+		_ = p.Close()
+		dispose()
+		return nil, nil, err
+	}
+	return p, dispose, nil
+}
+
 func (b *Browser) emulate(p *rod.Page) error {
 	o := b.opts
 	if o.UserAgent != "" || o.acceptLanguage() != "" {

@@ -44,9 +44,16 @@ type Config struct {
 	// part). The guard still resolves and checks the target itself and asks
 	// the upstream for the checked address, never for the name.
 	Upstream *url.URL
-	// DialUpstream connects to the upstream proxy itself (an operator's
-	// endpoint, not data, so unchecked); nil means a plain net.Dialer.
+	// DialUpstream connects to the upstream proxy itself; nil means a
+	// net.Dialer (checked by UpstreamPolicy when that is set).
 	DialUpstream DialFunc
+	// UpstreamPolicy, when set, says the upstream proxy came from data (a
+	// tenant's proxy pool, not an operator's flag): its host is resolved
+	// and checked like any target before it is dialled, the checked
+	// address is what is dialled, and its own port is admitted on top of
+	// the policy's ports. Internal addresses pass only through its Allow
+	// (a pool's admin-set allow list).
+	UpstreamPolicy *Policy
 	// Logger receives one warning per refusal; nil discards.
 	Logger *slog.Logger
 }
@@ -58,12 +65,14 @@ type Guard struct {
 	dial         DialFunc
 	upstream     *url.URL
 	dialUpstream DialFunc
+	upPolicy     *Policy
 	log          *slog.Logger
 }
 
 // New returns a guard. An upstream proxy with an unknown scheme is an error.
 func New(c Config) (*Guard, error) {
-	g := &Guard{policy: c.Policy, resolver: c.Resolver, dial: c.Dial, upstream: c.Upstream, dialUpstream: c.DialUpstream, log: c.Logger}
+	g := &Guard{policy: c.Policy, resolver: c.Resolver, dial: c.Dial, upstream: c.Upstream, dialUpstream: c.DialUpstream,
+		upPolicy: c.UpstreamPolicy, log: c.Logger}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
@@ -76,6 +85,9 @@ func New(c Config) (*Guard, error) {
 	}
 	if g.dialUpstream == nil {
 		d := &net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
+		if g.upPolicy != nil {
+			d.Control = g.controlUpstream
+		}
 		g.dialUpstream = d.DialContext
 	}
 	if u := g.upstream; u != nil {
@@ -110,6 +122,90 @@ func (g *Guard) control(network, address string, _ syscall.RawConn) error {
 		return &Refusal{Target: address, Reason: "unparsable socket address"}
 	}
 	return g.policy.CheckAddr(address, ap.Addr(), int(ap.Port()))
+}
+
+// upstreamPolicy is the policy the upstream proxy's own address is checked
+// by: UpstreamPolicy with the upstream's port admitted.
+func (g *Guard) upstreamPolicy() Policy {
+	p := *g.upPolicy
+	port, _ := strconv.Atoi(g.upstreamHostPort()[strings.LastIndexByte(g.upstreamHostPort(), ':')+1:])
+	p.Ports = append(append([]int(nil), p.ports()...), port)
+	return p
+}
+
+func (g *Guard) controlUpstream(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return &Refusal{Target: address, Reason: "unparsable socket address"}
+	}
+	return g.upstreamPolicy().CheckAddr(address, ap.Addr(), int(ap.Port()))
+}
+
+// upstreamHostPort is the upstream's host:port with the scheme's default
+// port filled in.
+func (g *Guard) upstreamHostPort() string {
+	u := g.upstream
+	if u.Port() != "" {
+		return u.Host
+	}
+	switch u.Scheme {
+	case "https":
+		return net.JoinHostPort(u.Hostname(), "443")
+	case "socks5", "socks5h":
+		return net.JoinHostPort(u.Hostname(), "1080")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
+
+// UpstreamError is a failure of the upstream proxy itself (unreachable,
+// refused by the guard, a failed handshake, a CONNECT it refused): the
+// proxy's fault, not the target's. A caller with a pool of proxies counts
+// it against the proxy.
+type UpstreamError struct {
+	// Proxy is the upstream, without its password.
+	Proxy string
+	Err   error
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("egress: upstream proxy %s: %v", e.Proxy, e.Err)
+}
+
+func (e *UpstreamError) Unwrap() error { return e.Err }
+
+// AsUpstreamError returns the upstream proxy failure inside err, if any.
+func AsUpstreamError(err error) (*UpstreamError, bool) {
+	var u *UpstreamError
+	if errors.As(err, &u) {
+		return u, true
+	}
+	return nil, false
+}
+
+// dialUpstreamChecked connects to the upstream proxy: directly when it is
+// an operator's endpoint, or — when it came from data (UpstreamPolicy) —
+// to an address of its name that the upstream policy admits.
+func (g *Guard) dialUpstreamChecked(ctx context.Context) (net.Conn, error) {
+	hostport := g.upstreamHostPort()
+	if g.upPolicy == nil {
+		return g.dialUpstream(ctx, "tcp", hostport)
+	}
+	addrs, err := (&Guard{policy: g.upstreamPolicy(), resolver: g.resolver, log: g.log}).Check(ctx, "tcp", hostport)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, ap := range addrs {
+		conn, err := g.dialUpstream(ctx, "tcp", ap.String())
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
 }
 
 // Check resolves host:port as a dial would and returns the addresses the
@@ -204,6 +300,8 @@ func (g *Guard) connect(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 	if g.upstream == nil {
 		return g.dial(ctx, "tcp", ap.String())
 	}
+	var conn net.Conn
+	var err error
 	switch g.upstream.Scheme {
 	case "socks5", "socks5h":
 		var auth *proxy.Auth
@@ -211,17 +309,24 @@ func (g *Guard) connect(ctx context.Context, ap netip.AddrPort) (net.Conn, error
 			pw, _ := u.Password()
 			auth = &proxy.Auth{User: u.Username(), Password: pw}
 		}
-		d, err := proxy.SOCKS5("tcp", g.upstream.Host, auth, dialerFunc(g.dialUpstream))
-		if err != nil {
-			return nil, fmt.Errorf("egress: socks5 upstream %s: %w", Redact(g.upstream), err)
+		var d proxy.Dialer
+		d, err = proxy.SOCKS5("tcp", g.upstreamHostPort(), auth, dialerFunc(func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return g.dialUpstreamChecked(ctx)
+		}))
+		if err == nil {
+			conn, err = d.(proxy.ContextDialer).DialContext(ctx, "tcp", ap.String())
 		}
-		conn, err := d.(proxy.ContextDialer).DialContext(ctx, "tcp", ap.String())
-		if err != nil {
-			return nil, fmt.Errorf("egress: socks5 upstream %s: %w", Redact(g.upstream), err)
-		}
-		return conn, nil
+	default:
+		conn, err = g.connectHTTP(ctx, ap)
 	}
-	return g.connectHTTP(ctx, ap)
+	if err != nil {
+		if r, ok := AsRefusal(err); ok {
+			// The guard refused the proxy's own address: say so.
+			r.Reason = "the upstream proxy's address: " + r.Reason
+		}
+		return nil, &UpstreamError{Proxy: Redact(g.upstream), Err: err}
+	}
+	return conn, nil
 }
 
 type dialerFunc DialFunc
@@ -237,23 +342,15 @@ func (f dialerFunc) DialContext(ctx context.Context, network, addr string) (net.
 // connectHTTP asks an HTTP(S) upstream to CONNECT to the checked address.
 func (g *Guard) connectHTTP(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
 	u := g.upstream
-	hostport := u.Host
-	if u.Port() == "" {
-		if u.Scheme == "https" {
-			hostport = net.JoinHostPort(u.Hostname(), "443")
-		} else {
-			hostport = net.JoinHostPort(u.Hostname(), "80")
-		}
-	}
-	conn, err := g.dialUpstream(ctx, "tcp", hostport)
+	conn, err := g.dialUpstreamChecked(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("egress: upstream proxy %s: %w", Redact(u), err)
+		return nil, err
 	}
 	if u.Scheme == "https" {
 		tc := tls.Client(conn, &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12})
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("egress: upstream proxy %s: TLS: %w", Redact(u), err)
+			return nil, fmt.Errorf("TLS: %w", err)
 		}
 		conn = tc
 	}
@@ -267,18 +364,18 @@ func (g *Guard) connectHTTP(ctx context.Context, ap netip.AddrPort) (net.Conn, e
 	}
 	if err := req.Write(conn); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("egress: upstream proxy %s: %w", Redact(u), err)
+		return nil, err
 	}
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("egress: upstream proxy %s: %w", Redact(u), err)
+		return nil, err
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		conn.Close()
-		return nil, fmt.Errorf("egress: upstream proxy %s refused CONNECT %s: %s", Redact(u), ap, resp.Status)
+		return nil, fmt.Errorf("refused CONNECT %s: %s", ap, resp.Status)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	if br.Buffered() > 0 {

@@ -33,6 +33,10 @@ type Proxy struct {
 // RefusedHeader carries the reason of a proxy refusal.
 const RefusedHeader = "X-Egress-Refused"
 
+// UpstreamFailedHeader carries the failure of the upstream proxy (the
+// pool's proxy, not the target, is at fault) on the guard proxy's 502.
+const UpstreamFailedHeader = "X-Egress-Upstream-Failed"
+
 // ListenProxy starts the guard proxy on addr, which must be a loopback
 // address ("127.0.0.1:0" picks a free port).
 func (g *Guard) ListenProxy(addr string) (*Proxy, error) {
@@ -114,6 +118,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func refused(w http.ResponseWriter, err error) {
+	if ue, ok := AsUpstreamError(err); ok {
+		w.Header().Set(UpstreamFailedHeader, strings.ReplaceAll(ue.Error(), "\n", " "))
+		http.Error(w, ue.Error(), http.StatusBadGateway)
+		return
+	}
 	if rf, ok := AsRefusal(err); ok {
 		w.Header().Set(RefusedHeader, rf.Reason)
 		http.Error(w, rf.Error(), http.StatusForbidden)

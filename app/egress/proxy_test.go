@@ -354,3 +354,105 @@ func TestChromium(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, body, "secret")
 }
+
+// TestUpstreamFromData: a proxy from a tenant's pool is data, so its own
+// address goes through the guard too: a loopback proxy is refused unless
+// the pool's allow list admits it, a proxy name resolving into private
+// space is refused before any dial, and a proxy that fails is reported as
+// the proxy's failure (UpstreamError), not the target's.
+func TestUpstreamFromData(t *testing.T) {
+	s := newSite(t)
+	fn := testNet(t, s)
+	fn.names["proxy.internal.test"] = []netip.Addr{netip.MustParseAddr("10.9.9.9")}
+	up := newUpstream(t, fn)
+	addr := up.srv.Listener.Addr().String()
+	get := func(upstream string, pol egress.Policy) error {
+		u, _ := url.Parse(upstream)
+		g, err := egress.New(egress.Config{Resolver: fn, Dial: fn.Dial, Upstream: u, UpstreamPolicy: &pol})
+		require.NoError(t, err)
+		c := g.Client(egress.ClientOptions{Timeout: 5 * time.Second})
+		defer c.CloseIdleConnections()
+		resp, err := c.Get("http://public.test/")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Contains(t, string(b), "hello from")
+		}
+		return err
+	}
+
+	// A loopback proxy without the pool's allow list: refused, never reached.
+	err := get("http://fleet:s3cret@"+addr, egress.Policy{})
+	require.ErrorIs(t, err, egress.ErrRefused)
+	ue, ok := egress.AsUpstreamError(err)
+	require.True(t, ok, "the refusal is the proxy's: %v", err)
+	require.NotContains(t, ue.Error(), "s3cret", "the proxy's password never reaches an error")
+	r, _ := egress.AsRefusal(err)
+	require.Contains(t, r.Reason, "the upstream proxy's address")
+	require.Contains(t, r.Reason, "loopback")
+	up.mu.Lock()
+	require.Empty(t, up.targets)
+	up.mu.Unlock()
+
+	// A proxy name that resolves into private space: refused before a dial.
+	err = get("http://fleet:s3cret@proxy.internal.test:3128", egress.Policy{})
+	require.ErrorIs(t, err, egress.ErrRefused)
+	r, _ = egress.AsRefusal(err)
+	require.Contains(t, r.Reason, "private use")
+
+	// The pool's allow list admits it; its port is admitted with it, the
+	// target is still checked and asked for by its checked address.
+	require.NoError(t, get("http://fleet:s3cret@"+addr, egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}))
+	up.mu.Lock()
+	require.Equal(t, []string{"93.184.216.34:80"}, up.targets)
+	up.mu.Unlock()
+
+	// Wrong credentials: the proxy refuses CONNECT — its failure, not a refusal.
+	err = get("http://fleet:wrong@"+addr, egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, egress.ErrRefused)
+	_, ok = egress.AsUpstreamError(err)
+	require.True(t, ok, "%v", err)
+	require.Contains(t, err.Error(), "407")
+
+	// A SOCKS5 proxy of a pool is checked the same way.
+	var seen []string
+	var smu sync.Mutex
+	sln := socks5(t, fn, &seen, &smu)
+	err = get("socks5://fleet:s3cret@"+sln.Addr().String(), egress.Policy{})
+	require.ErrorIs(t, err, egress.ErrRefused)
+	_, ok = egress.AsUpstreamError(err)
+	require.True(t, ok)
+	smu.Lock()
+	require.Empty(t, seen, "the refused SOCKS5 proxy was never asked")
+	smu.Unlock()
+	require.NoError(t, get("socks5://fleet:s3cret@"+sln.Addr().String(), egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}))
+	smu.Lock()
+	require.Equal(t, []string{"93.184.216.34:80"}, seen)
+	smu.Unlock()
+
+	// A proxy that is down; and Chromium's path: the guard proxy answers
+	// 502 naming the upstream's failure.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	err = get("http://"+deadAddr, egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	_, ok = egress.AsUpstreamError(err)
+	require.True(t, ok, "%v", err)
+	u, _ := url.Parse("http://" + deadAddr)
+	g, err := egress.New(egress.Config{Resolver: fn, Dial: fn.Dial, Upstream: u,
+		UpstreamPolicy: &egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	require.NoError(t, err)
+	p, err := g.ListenProxy("127.0.0.1:0")
+	require.NoError(t, err)
+	defer p.Close()
+	pc := proxiedClient(p, s)
+	defer pc.CloseIdleConnections()
+	resp, err := pc.Get("http://public.test/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	require.Contains(t, resp.Header.Get(egress.UpstreamFailedHeader), "upstream proxy")
+	require.Empty(t, resp.Header.Get(egress.RefusedHeader))
+}

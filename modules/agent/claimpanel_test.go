@@ -57,6 +57,8 @@ type claimPanel struct {
 	mu   sync.Mutex
 	conn *websocket.Conn
 	ver  int
+	// maxVer caps the version this panel speaks (0: wire.Current).
+	maxVer int
 }
 
 func uuid() string {
@@ -127,6 +129,9 @@ func (p *claimPanel) serve(w http.ResponseWriter, r *http.Request) {
 	v, err := wire.Negotiate(h.Version, h.MinVersion)
 	if err != nil {
 		return
+	}
+	if p.maxVer > 0 && v > p.maxVer {
+		v = p.maxVer
 	}
 	wel := p.welcome
 	wel.Version = v

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,34 +381,101 @@ func (c *Claims) recover(ctx context.Context) error {
 	return nil
 }
 
+// lookupBudget bounds the bookings one look-up answer carries (their JSON),
+// leaving room under wire.MaxMessageBytes for the envelope.
+const lookupBudget = wire.MaxMessageBytes - 8<<10
+
 // lookup answers the reconciler's look-up through any signed-in worker's
 // session. Only a look-up the platform proved complete says Complete.
-func (a *agent) lookup(ctx context.Context, m wire.Lookup) wire.LookupResult {
+//
+// To a v4 panel the answer is paged: from m.Cursor the agent reads the
+// platform's pages, keeps the bookings asked for, and stops before the
+// answer would outgrow lookupBudget, with Next where the panel asks again;
+// Complete then covers every platform page read. A v3 panel cannot ask for
+// a next page, so it gets the whole list in one answer (which the codec
+// refuses above MaxMessageBytes, as before).
+func (a *agent) lookup(ctx context.Context, m wire.Lookup, version int) wire.LookupResult {
 	res := wire.LookupResult{RequestID: m.RequestID, Bookings: []wire.Booking{}}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
+	budget := lookupBudget
+	if version < wire.V4 {
+		m.Cursor, budget = "", 0
+	}
 	var errs []string
 	for _, lk := range a.sessions.lookers() {
-		b, err := lk(ctx)
+		r, err := lookPages(ctx, lk, m, budget)
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
 		}
-		res.Bookings = b.Filter(m.Keys, m.Since)
-		res.Complete = b.Complete
-		if !b.Complete {
-			res.Error = "the platform's answer did not prove itself complete"
+		if !r.Complete {
+			errs = append(errs, "the platform's answer did not prove itself complete")
 			continue
 		}
-		return res
+		r.RequestID = m.RequestID
+		return r
 	}
-	if len(errs) == 0 {
+	switch {
+	case len(errs) == 0:
 		res.Error = "no signed-in worker to look up bookings with"
-	} else {
+	case strings.HasPrefix(errs[0], "the platform's"):
+		res.Error = errs[0]
+	default:
 		res.Error = "look-up failed: " + errs[0]
 	}
-	res.Complete = false
 	return res
+}
+
+// lookPages reads platform pages from m.Cursor through one session, keeping
+// the bookings m asks for, until the list ends or (budget > 0) the next page
+// would not fit; Next is then the cursor the last kept page ended at. A
+// page that proves nothing ends the answer as incomplete.
+func lookPages(ctx context.Context, lk lookFunc, m wire.Lookup, budget int) (wire.LookupResult, error) {
+	res := wire.LookupResult{Bookings: []wire.Booking{}}
+	cursor, size := m.Cursor, 0
+	for {
+		page, err := lk(ctx, cursor)
+		if err != nil {
+			return res, err
+		}
+		if res.Client == "" {
+			res.Client = page.Client
+		}
+		if !page.Complete || (page.Client != "" && page.Client != res.Client) {
+			res.Complete = false
+			return res, nil
+		}
+		kept := page.Filter(m.Keys, m.Since)
+		add := 0
+		for _, b := range kept {
+			add += bookingSize(b)
+		}
+		if budget > 0 && size > 0 && size+add > budget {
+			// This page goes into the next answer.
+			res.Next, res.Complete = cursor, true
+			return res, nil
+		}
+		if budget > 0 && add > budget {
+			return res, fmt.Errorf("one page of the platform's bookings (%d bytes) is larger than a message can carry", add)
+		}
+		res.Bookings = append(res.Bookings, kept...)
+		size += add
+		if page.Next == "" {
+			res.Complete = true
+			return res, nil
+		}
+		if page.Next == cursor {
+			return res, fmt.Errorf("the platform's bookings cursor did not move (%s)", cursor)
+		}
+		cursor = page.Next
+	}
+}
+
+// bookingSize is a booking's size in an answer's JSON (with its comma).
+func bookingSize(b wire.Booking) int {
+	raw, _ := json.Marshal(b)
+	return len(raw) + 1
 }
 
 // Sessions coordinates the account's sign-ins across the agent's workers:
@@ -421,11 +489,11 @@ type Sessions struct {
 
 	mu      sync.Mutex
 	gen     int // bumped on every stored login
-	looking map[string]func(context.Context) (platform.Bookings, error)
+	looking map[string]lookFunc
 }
 
 func newSessions(a *agent) *Sessions {
-	return &Sessions{a: a, looking: map[string]func(context.Context) (platform.Bookings, error){}}
+	return &Sessions{a: a, looking: map[string]lookFunc{}}
 }
 
 // Generation is the number of the last stored login.
@@ -473,8 +541,12 @@ func (s *Sessions) Login(ctx context.Context, have int, login func(ctx context.C
 	return cs, g, true, nil
 }
 
+// lookFunc reads one page of the client's bookings from a cursor through a
+// worker's signed-in session.
+type lookFunc func(ctx context.Context, cursor string) (platform.Bookings, error)
+
 // Register offers a worker's signed-in session for look-ups.
-func (s *Sessions) Register(worker string, f func(context.Context) (platform.Bookings, error)) (unregister func()) {
+func (s *Sessions) Register(worker string, f lookFunc) (unregister func()) {
 	s.mu.Lock()
 	s.looking[worker] = f
 	s.mu.Unlock()
@@ -485,10 +557,10 @@ func (s *Sessions) Register(worker string, f func(context.Context) (platform.Boo
 	}
 }
 
-func (s *Sessions) lookers() []func(context.Context) (platform.Bookings, error) {
+func (s *Sessions) lookers() []lookFunc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]func(context.Context) (platform.Bookings, error), 0, len(s.looking))
+	out := make([]lookFunc, 0, len(s.looking))
 	for _, f := range s.looking {
 		out = append(out, f)
 	}

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/proto"
 
 	"github.com/fleetwright/fleetwright/app/browser"
 	"github.com/fleetwright/fleetwright/app/egress"
+	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/crawl/extract"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -42,16 +47,22 @@ const (
 // crawlHub routes page tasks to the agent's crawler workers.
 type crawlHub struct {
 	mu       sync.Mutex
-	handlers map[string]func(context.Context, wire.PageTask) wire.PageResult
+	handlers map[string]crawlFunc
 	names    []string
 	rr       int
 }
 
+// crawlFunc handles one page task; open opens credentials sealed to this
+// agent's installation key (a proxy's).
+type crawlFunc func(ctx context.Context, t wire.PageTask, open opener) wire.PageResult
+
+type opener func(*wire.SealedCredentials) (wire.Credentials, error)
+
 func newCrawlHub() *crawlHub {
-	return &crawlHub{handlers: map[string]func(context.Context, wire.PageTask) wire.PageResult{}}
+	return &crawlHub{handlers: map[string]crawlFunc{}}
 }
 
-func (c *crawlHub) register(name string, fn func(context.Context, wire.PageTask) wire.PageResult) func() {
+func (c *crawlHub) register(name string, fn crawlFunc) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handlers[name] = fn
@@ -66,9 +77,9 @@ func (c *crawlHub) register(name string, fn func(context.Context, wire.PageTask)
 
 // handle gives the task to a crawler worker (round robin), or answers that
 // none runs here.
-func (c *crawlHub) handle(ctx context.Context, t wire.PageTask) wire.PageResult {
+func (c *crawlHub) handle(ctx context.Context, t wire.PageTask, open opener) wire.PageResult {
 	c.mu.Lock()
-	var fn func(context.Context, wire.PageTask) wire.PageResult
+	var fn crawlFunc
 	if len(c.names) > 0 {
 		c.rr++
 		fn = c.handlers[c.names[c.rr%len(c.names)]]
@@ -77,7 +88,7 @@ func (c *crawlHub) handle(ctx context.Context, t wire.PageTask) wire.PageResult 
 	if fn == nil {
 		return wire.PageResult{TaskID: t.TaskID, URL: t.URL, Error: ErrNoCrawler.Error()}
 	}
-	return fn(ctx, t)
+	return fn(ctx, t, open)
 }
 
 // ErrNoCrawler is the answer of an agent without a running crawler worker.
@@ -93,7 +104,10 @@ type crawler struct {
 	guards map[string]*guarded
 }
 
-// guarded is one egress policy's guard, client and (lazily) browser.
+// guarded is one egress policy's guard (through one upstream proxy, or
+// none), its client and (lazily) its browser and guard proxy. A proxied
+// guard has no browser of its own: its pages open in a browser context of
+// the direct guard's Chromium whose proxy is this guard's proxy.
 type guarded struct {
 	g      *egress.Guard
 	client *http.Client
@@ -144,8 +158,16 @@ func (gd *guarded) closeBrowser(env WorkerEnv) {
 	}
 }
 
-func (c *crawler) guard(t wire.PageTask) (*guarded, error) {
+// guard returns the guard of the task's egress policy, through upstream
+// when one is given (a pool's proxy with its opened credentials).
+func (c *crawler) guard(t wire.PageTask, upstream *url.URL, upAllow []string) (*guarded, error) {
 	key := strings.Join(t.EgressAllow, ",") + "|" + fmt.Sprint(t.EgressPorts)
+	if upstream != nil {
+		// The key holds a digest of the credentials, so a rotated
+		// password gets a new guard (and no secret sits in a map key).
+		sum := sha256.Sum256([]byte(upstream.String() + "|" + strings.Join(upAllow, ",")))
+		key += "|" + hex.EncodeToString(sum[:])
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gd, ok := c.guards[key]; ok {
@@ -157,7 +179,18 @@ func (c *crawler) guard(t wire.PageTask) (*guarded, error) {
 	}
 	ports := append([]int(nil), egress.DefaultPorts...)
 	ports = append(ports, t.EgressPorts...)
-	g, err := egress.New(egress.Config{Policy: egress.Policy{Ports: ports, Allow: allow}, Logger: c.env.Log})
+	cfg := egress.Config{Policy: egress.Policy{Ports: ports, Allow: allow}, Logger: c.env.Log}
+	if upstream != nil {
+		// The proxy came from the tenant's pool, which is data: its own
+		// address is checked too, internal ranges only through the pool's
+		// allow list.
+		ua, err := egress.ParseAllow(upAllow)
+		if err != nil {
+			return nil, fmt.Errorf("agent: crawl: the proxy pool's allow list: %w", err)
+		}
+		cfg.Upstream, cfg.UpstreamPolicy = upstream, &egress.Policy{Allow: ua}
+	}
+	g, err := egress.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +200,44 @@ func (c *crawler) guard(t wire.PageTask) (*guarded, error) {
 	return gd, nil
 }
 
+// upstream is the task's proxy with its credentials opened, or nil.
+func upstreamOf(t wire.PageTask, open opener) (*url.URL, error) {
+	p := t.Proxy
+	if p == nil {
+		return nil, nil
+	}
+	if p.Withheld != "" {
+		advice := withheldAdvice[p.Withheld]
+		if advice == "" {
+			advice = "see the panel's log"
+		}
+		return nil, fmt.Errorf("agent: crawl: the panel withheld the proxy's credentials (%s): %s", p.Withheld, advice)
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil || u.Host == "" || u.User != nil {
+		return nil, fmt.Errorf("agent: crawl: the page task's proxy URL %q is not scheme://host:port", p.URL)
+	}
+	if p.Sealed != nil {
+		if open == nil {
+			return nil, errors.New("agent: crawl: sealed proxy credentials but no installation key to open them")
+		}
+		creds, err := open(p.Sealed)
+		if err != nil {
+			return nil, fmt.Errorf("agent: crawl: proxy credentials: %w", err)
+		}
+		pw := creds.Password.Reveal()
+		if pw != "" {
+			logging.RegisterSecret(pw)
+			u.User = url.UserPassword(creds.Username, pw)
+		} else {
+			u.User = url.User(creds.Username)
+		}
+	}
+	return u, nil
+}
+
 // do fetches and extracts one page task.
-func (c *crawler) do(ctx context.Context, t wire.PageTask) wire.PageResult {
+func (c *crawler) do(ctx context.Context, t wire.PageTask, open opener) wire.PageResult {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -183,7 +252,12 @@ func (c *crawler) do(ctx context.Context, t wire.PageTask) wire.PageResult {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	gd, err := c.guard(t)
+	up, err := upstreamOf(t, open)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	gd, err := c.guard(t, up, proxyAllow(t))
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -191,12 +265,22 @@ func (c *crawler) do(ctx context.Context, t wire.PageTask) wire.PageResult {
 	var body []byte
 	var ctype string
 	if t.Render == "browser" && t.Kind != wire.PageRobots {
-		body, err = c.browse(ctx, gd, t, &res)
+		var base *guarded
+		if base, err = c.guard(t, nil, nil); err == nil {
+			body, err = c.browse(ctx, base, gd, t, &res)
+		}
 	} else {
 		body, ctype, err = c.fetch(ctx, gd, t, &res)
 	}
 	res.DurationMS = c.env.Clock.Since(start).Milliseconds()
 	if err != nil {
+		if ue, ok := egress.AsUpstreamError(err); ok && t.Proxy != nil {
+			res.ProxyError = ue.Error()
+		}
+		if res.ProxyError != "" {
+			res.Error = res.ProxyError
+			return res
+		}
 		if r, ok := egress.AsRefusal(err); ok {
 			res.Refused = r.Reason
 		}
@@ -214,9 +298,23 @@ func (c *crawler) do(ctx context.Context, t wire.PageTask) wire.PageResult {
 		res.Error = fmt.Sprintf("status %d", res.Status)
 		return res
 	}
+	if looksLikeCaptcha(body) && t.Solution != nil && t.Render != "browser" {
+		// An authorised solver answered: send the captcha's form with it.
+		if body, ctype, err = c.submitCaptcha(ctx, gd, t, body, &res); err != nil {
+			res.Error = err.Error()
+			return res
+		}
+		if res.Status < 200 || res.Status > 299 {
+			res.Error = fmt.Sprintf("status %d after the captcha's form", res.Status)
+			return res
+		}
+	}
 	if looksLikeCaptcha(body) {
 		res.Captcha = true
-		res.Error = "the page asks for a captcha: a person must look (nothing tries to solve it)"
+		if t.Solution == nil {
+			res.Challenge = challengeOf(body, firstNonEmpty(res.FinalURL, t.URL))
+		}
+		res.Error = "the page asks for a captcha: a person must look"
 		return res
 	}
 	final := res.FinalURL
@@ -248,18 +346,6 @@ func snapshot(b []byte) string {
 		b = b[:maxSnapshotBytes]
 	}
 	return strings.ToValidUTF8(string(b), "")
-}
-
-var captchaMarks = []string{"g-recaptcha", "h-captcha", "data-captcha", "cf-challenge", `id="captcha"`, `class="captcha"`}
-
-func looksLikeCaptcha(b []byte) bool {
-	head := strings.ToLower(string(b[:min(len(b), 64<<10)]))
-	for _, m := range captchaMarks {
-		if strings.Contains(head, m) {
-			return true
-		}
-	}
-	return false
 }
 
 // redactedHeaders copies response headers without secrets.
@@ -341,14 +427,37 @@ func (c *crawler) fetch(ctx context.Context, gd *guarded, t wire.PageTask, res *
 	return body, resp.Header.Get("Content-Type"), nil
 }
 
+func proxyAllow(t wire.PageTask) []string {
+	if t.Proxy == nil {
+		return nil
+	}
+	return t.Proxy.Allow
+}
+
 // browse loads the page in the worker's Chromium, whose only way out is the
-// guard proxy, and returns the rendered DOM.
-func (c *crawler) browse(ctx context.Context, gd *guarded, t wire.PageTask, res *wire.PageResult) ([]byte, error) {
-	br, err := c.browser(ctx, gd)
+// guard proxy, and returns the rendered DOM. base owns the Chromium (its
+// launch proxy is base's guard proxy); a page through a pool's proxy opens
+// in a browser context whose only proxy is gd's guard proxy, which chains
+// to the upstream.
+func (c *crawler) browse(ctx context.Context, base, gd *guarded, t wire.PageTask, res *wire.PageResult) ([]byte, error) {
+	br, err := c.browser(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	page, err := br.Page(ctx)
+	var page *rod.Page
+	if gd == base {
+		page, err = br.Page(ctx)
+	} else {
+		var gp *egress.Proxy
+		if gp, err = gd.guardProxy(); err != nil {
+			return nil, err
+		}
+		var dispose func()
+		page, dispose, err = br.PageVia(ctx, gp.URL())
+		if err == nil {
+			defer dispose()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent: crawl: %w", err)
 	}
@@ -376,12 +485,18 @@ func (c *crawler) browse(ctx context.Context, gd *guarded, t wire.PageTask, res 
 			if ref := h.Get(egress.RefusedHeader); ref != "" {
 				res.Refused = ref
 			}
+			if uf := h.Get(egress.UpstreamFailedHeader); uf != "" && t.Proxy != nil {
+				res.ProxyError = uf
+			}
 		}
 		return true
 	})
 	_ = proto.NetworkEnable{}.Call(page)
 	go wait()
 	if err := page.Navigate(t.URL); err != nil {
+		if t.Proxy != nil && (strings.Contains(err.Error(), "ERR_TUNNEL_CONNECTION_FAILED") || strings.Contains(err.Error(), "ERR_PROXY_CONNECTION_FAILED")) {
+			res.ProxyError = "agent: crawl: the proxy " + t.Proxy.URL + " failed: " + err.Error()
+		}
 		return nil, fmt.Errorf("agent: crawl: navigate: %w", err)
 	}
 	if err := page.WaitLoad(); err != nil {
@@ -391,11 +506,29 @@ func (c *crawler) browse(ctx context.Context, gd *guarded, t wire.PageTask, res 
 	if err != nil {
 		return nil, fmt.Errorf("agent: crawl: read DOM: %w", err)
 	}
+	if t.Solution != nil && looksLikeCaptcha([]byte(html)) {
+		// An authorised solver answered: the captcha's form goes with it.
+		wait := page.WaitNavigation(proto.PageLifecycleEventNameLoad)
+		if err := submitCaptchaInPage(page, t.Solution); err != nil {
+			return nil, err
+		}
+		wait()
+		if html, err = page.HTML(); err != nil {
+			return nil, fmt.Errorf("agent: crawl: read DOM: %w", err)
+		}
+	}
+	if t.Snapshot {
+		res.Screenshot = screenshot(page)
+	}
 	info, err := page.Info()
 	if err == nil {
 		res.FinalURL = info.URL
 	}
 	mu.Lock()
+	if res.ProxyError != "" {
+		mu.Unlock()
+		return nil, errors.New(res.ProxyError)
+	}
 	res.Status, res.Headers = status, headers
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		res.RetryAfterMS = retryAfter(retry, c.env.Clock.Now()).Milliseconds()
@@ -442,4 +575,50 @@ func (c *crawler) browser(ctx context.Context, gd *guarded) (*browser.Browser, e
 		return nil, fmt.Errorf("agent: crawl: %w", err)
 	}
 	return gd.br, nil
+}
+
+// guardProxy starts (once) the guard's local proxy for browser contexts.
+func (gd *guarded) guardProxy() (*egress.Proxy, error) {
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
+	if gd.proxy != nil {
+		return gd.proxy, nil
+	}
+	p, err := gd.g.ListenProxy("127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("agent: crawl: %w", err)
+	}
+	gd.proxy = p
+	return p, nil
+}
+
+// maxScreenshotB64 bounds a trace screenshot: a page result travels in one
+// protocol message (wire.MaxMessageBytes) next to the items and an 8 KiB
+// body snapshot.
+const maxScreenshotB64 = 24 << 10
+
+// screenshot is a small JPEG of the page's viewport for an alarm trace
+// (base64), scaled down and recompressed until it fits; "" when it cannot
+// be taken or does not fit.
+func screenshot(page *rod.Page) string {
+	m, err := proto.PageGetLayoutMetrics{}.Call(page)
+	if err != nil || m.CSSLayoutViewport == nil {
+		return ""
+	}
+	w, h := float64(m.CSSLayoutViewport.ClientWidth), float64(m.CSSLayoutViewport.ClientHeight)
+	for _, try := range []struct {
+		scale float64
+		q     int
+	}{{0.5, 60}, {0.4, 45}, {0.3, 35}, {0.2, 30}} {
+		q := try.q
+		b, err := page.Screenshot(false, &proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatJpeg, Quality: &q,
+			Clip: &proto.PageViewport{X: 0, Y: 0, Width: w, Height: h, Scale: try.scale}})
+		if err != nil {
+			return ""
+		}
+		if s := base64.StdEncoding.EncodeToString(b); len(s) <= maxScreenshotB64 {
+			return s
+		}
+	}
+	return ""
 }

@@ -215,7 +215,9 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.PageTask:
 		// Fetched off the read loop; the crawler bounds its concurrency.
 		go func() {
-			res := s.a.crawl.handle(s.rctx, m)
+			res := s.a.crawl.handle(s.rctx, m, func(sc *wire.SealedCredentials) (wire.Credentials, error) {
+				return sc.Open(s.a.installKey, s.agentID)
+			})
 			if err := s.send(s.rctx, res); err != nil {
 				s.a.log.Warn("agent: could not answer a page task", "err", err)
 			}
@@ -224,7 +226,7 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.Lookup:
 		// Answered off the read loop: a look-up may take seconds.
 		go func() {
-			res := s.a.lookup(s.rctx, m)
+			res := s.a.lookup(s.rctx, m, s.version)
 			if err := s.send(s.rctx, res); err != nil {
 				s.a.log.Warn("agent: could not answer a look-up", "err", err)
 			}

@@ -204,8 +204,8 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 			return err
 		}
 	}
-	unregister := env.Sessions.Register(env.Spec.Name, func(ctx context.Context) (platform.Bookings, error) {
-		return bside.Bookings(ctx, ps.page)
+	unregister := env.Sessions.Register(env.Spec.Name, func(ctx context.Context, cursor string) (platform.Bookings, error) {
+		return bside.Bookings(ctx, ps.page, cursor)
 	})
 	defer unregister()
 

@@ -756,6 +756,31 @@ func (b *Board) Stats() Stats {
 	return s
 }
 
+// BookingsAfter returns the client's bookings with an id above after, oldest
+// first, at most limit; total counts all the client's bookings and more says
+// whether any follow the page. Ids are dense from 1 in commit order.
+func (b *Board) BookingsAfter(client string, after int64, limit int) (page []*Booking, total int, more bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	page = []*Booking{}
+	for _, bk := range b.bookings {
+		if bk.Client != client {
+			continue
+		}
+		total++
+		if bk.ID <= after {
+			continue
+		}
+		if len(page) == limit {
+			more = true
+			continue
+		}
+		c := *bk
+		page = append(page, &c)
+	}
+	return page, total, more
+}
+
 // Bookings returns every accepted booking (client "" for all clients).
 func (b *Board) Bookings(client string) []*Booking {
 	b.mu.RLock()

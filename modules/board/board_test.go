@@ -3,6 +3,7 @@ package board_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/fleetwright/fleetwright/app/unit"
 	"io"
 	"net/http"
@@ -130,6 +131,61 @@ func TestBookingRules(t *testing.T) {
 	require.Equal(t, 2, p.Pages)
 	require.Len(t, p.Bookings, 1)
 	require.True(t, bookings(t, a1, "?per_page=1&all=1").Complete)
+}
+
+// The bookings list by cursor: the client's bookings above the cursor,
+// oldest first, at most limit, with the cursor to ask with next; only the
+// page with nothing after it says complete. Bad parameters are a 400.
+func TestBookingsByCursor(t *testing.T) {
+	tb := setup(t, false)
+	a1, a2, d1 := tb.login(t, "acme-1"), tb.login(t, "acme-2"), tb.login(t, "delta-1")
+	ls := tb.publish(t, 5)
+	for i, l := range ls {
+		c := a1
+		if i%2 == 1 {
+			c = a2
+		}
+		st, _ := book(t, c, l.ID, "")
+		require.Equal(t, http.StatusCreated, st)
+	}
+	st, _ := book(t, d1, ls[0].ID, "")
+	require.Equal(t, http.StatusConflict, st)
+
+	p := bookings(t, a2, "?after=0&limit=2")
+	require.True(t, p.SignedIn)
+	require.False(t, p.Complete, "more follows")
+	require.True(t, *p.More)
+	require.EqualValues(t, 0, *p.After)
+	require.Len(t, p.Bookings, 2)
+	require.Equal(t, 5, p.Total)
+	require.Equal(t, p.Bookings[1].ID, *p.NextAfter)
+	var ids []int64
+	after := int64(0)
+	for {
+		p := bookings(t, a1, fmt.Sprintf("?after=%d&limit=2", after))
+		for _, b := range p.Bookings {
+			require.Greater(t, b.ID, after)
+			require.Equal(t, "acme", b.Client)
+			ids = append(ids, b.ID)
+		}
+		after = *p.NextAfter
+		if !*p.More {
+			require.True(t, p.Complete, "the last page says complete")
+			break
+		}
+	}
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, ids)
+	end := bookings(t, a1, "?after=5")
+	require.True(t, end.Complete)
+	require.Empty(t, end.Bookings)
+	require.EqualValues(t, 5, *end.NextAfter, "an empty page keeps the cursor")
+	require.Empty(t, bookings(t, d1, "?after=0").Bookings, "another client's bookings are never listed")
+
+	for _, q := range []string{"?after=-1", "?after=x", "?after=0&limit=0", "?after=0&limit=1001"} {
+		var body map[string]any
+		err := a1.GetJSON(context.Background(), "/api/bookings"+q, &body)
+		require.Error(t, err, q)
+	}
 }
 
 func TestSignedOutAnswersAreNotComplete(t *testing.T) {

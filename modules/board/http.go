@@ -307,16 +307,21 @@ func (h *handler) apiLoads(w http.ResponseWriter, r *http.Request) {
 // the caller is signed in and Bookings holds every booking of the client,
 // so an empty list can be told from a signed-out or partial page.
 type BookingsPage struct {
-	SignedIn bool       `json:"signed_in"`
-	Complete bool       `json:"complete"`
-	Client   string     `json:"client"`
-	Account  string     `json:"account"`
-	AsOf     time.Time  `json:"as_of"`
-	Page     int        `json:"page"`
-	Pages    int        `json:"pages"`
-	PerPage  int        `json:"per_page"`
-	Total    int        `json:"total"`
-	Bookings []*Booking `json:"bookings"`
+	SignedIn bool      `json:"signed_in"`
+	Complete bool      `json:"complete"`
+	Client   string    `json:"client"`
+	Account  string    `json:"account"`
+	AsOf     time.Time `json:"as_of"`
+	Page     int       `json:"page"`
+	Pages    int       `json:"pages"`
+	PerPage  int       `json:"per_page"`
+	Total    int       `json:"total"`
+	// With a cursor (?after=ID): the cursor asked with, the one to ask with
+	// next, and whether another page follows.
+	After     *int64     `json:"after,omitempty"`
+	NextAfter *int64     `json:"next_after,omitempty"`
+	More      *bool      `json:"more,omitempty"`
+	Bookings  []*Booking `json:"bookings"`
 }
 
 func (h *handler) apiBookings(w http.ResponseWriter, r *http.Request) {
@@ -331,6 +336,10 @@ func (h *handler) apiBookings(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"status": "bad_request", "error": "page must be ≥ 1, per_page 1..1000"})
 		return
 	}
+	if r.URL.Query().Has("after") {
+		h.apiBookingsAfter(w, r, si)
+		return
+	}
 	all := h.b.Bookings(si.Client)
 	out := BookingsPage{SignedIn: true, Client: si.Client, Account: si.Account, AsOf: h.b.clk.Now().UTC(), Total: len(all)}
 	if r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true" {
@@ -343,6 +352,29 @@ func (h *handler) apiBookings(w http.ResponseWriter, r *http.Request) {
 		out.Bookings = all[lo:hi]
 	}
 	out.Complete = out.Pages == 1 && out.Page == 1
+	writeJSON(w, http.StatusOK, out)
+}
+
+// apiBookingsAfter is the bookings list by cursor: the client's bookings with
+// an id above after, oldest first, at most limit. Booking ids only grow and
+// bookings are never removed, so walking from after=0 until more is false
+// sees every booking that existed when the walk began, however many there
+// are: the last page says complete.
+func (h *handler) apiBookingsAfter(w http.ResponseWriter, r *http.Request, si SessionInfo) {
+	after, ok1 := queryInt(r, "after", 0, 0, 1<<62)
+	limit, ok2 := queryInt(r, "limit", 100, 1, 1000)
+	if !ok1 || !ok2 {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"status": "bad_request", "error": "after must be ≥ 0, limit 1..1000"})
+		return
+	}
+	page, total, more := h.b.BookingsAfter(si.Client, after, int(limit))
+	next := after
+	if len(page) > 0 {
+		next = page[len(page)-1].ID
+	}
+	out := BookingsPage{SignedIn: true, Client: si.Client, Account: si.Account, AsOf: h.b.clk.Now().UTC(),
+		Page: 1, Pages: 1, PerPage: int(limit), Total: total, After: &after, NextAfter: &next, More: &more,
+		Bookings: page, Complete: !more}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -72,8 +72,10 @@ type Config struct {
 	// ReclaimIdle: pending entries idle this long are taken over from a
 	// dead consumer with XAUTOCLAIM (default 10s).
 	ReclaimIdle time.Duration
-	// MaxAge drops queued entries older than this: an offer that late is
-	// worthless (default 60s).
+	// MaxAge: an entry not dispatched this long after it was queued (its
+	// dispatch kept failing, or its consumer died) is queued again with the
+	// time it is dispatched, while its load can still be booked, and
+	// dropped with its seen-key once it cannot (default 60s).
 	MaxAge time.Duration
 	// Reload is how often cells and routes are re-read (default 2s).
 	Reload time.Duration
@@ -144,7 +146,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sightings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cell_sightings_total",
 			Help: "Sightings by outcome: queued (first), duplicate (SET NX refused), lost (cell failing)."}, []string{"cell", "result"}),
 		dispatch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cell_dispatched_total",
-			Help: "Queued entries handled by the dispatcher: ok, stale (older than max age), error (left pending)."}, []string{"cell", "result"}),
+			Help: "Queued entries handled by the dispatcher: ok, late (past max age, queued again), stale (its load expired: dropped with its seen-key), error (left pending)."}, []string{"cell", "result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.up, m.failures, m.sightings, m.dispatch)
@@ -555,9 +557,21 @@ func (m *Manager) handle(ctx context.Context, c *cell, msgs []redis.XMessage) {
 			continue
 		}
 		if m.cfg.Clock.Since(e.QueuedAt) > m.cfg.MaxAge {
-			m.m.dispatch.WithLabelValues(c.name, "stale").Inc()
-			m.ack(ctx, c, msg.ID)
-			continue
+			// Not dispatched in time: its dispatch kept failing (Postgres
+			// unreachable), or a replica died holding it. Watchers see a load
+			// once, so dropping it would lose the load: while the load can
+			// still be booked it is queued now; once it cannot, it is dropped
+			// with its seen-key, which must not outlive a dispatch that never
+			// recorded the job.
+			if m.bookable(e) {
+				e.QueuedAt = m.cfg.Clock.Now()
+				m.m.dispatch.WithLabelValues(c.name, "late").Inc()
+			} else {
+				m.m.dispatch.WithLabelValues(c.name, "stale").Inc()
+				m.forget(ctx, c, e)
+				m.ack(ctx, c, msg.ID)
+				continue
+			}
 		}
 		if m.cfg.Dispatch != nil {
 			if err := m.cfg.Dispatch(ctx, c.name, e); err != nil {
@@ -569,6 +583,24 @@ func (m *Manager) handle(ctx context.Context, c *cell, msgs []redis.XMessage) {
 		}
 		m.m.dispatch.WithLabelValues(c.name, "ok").Inc()
 		m.ack(ctx, c, msg.ID)
+	}
+}
+
+// bookable reports whether an entry's load can still be booked: before its
+// expiry, or, without one, while its seen-key would live (DedupeTTL).
+func (m *Manager) bookable(e Entry) bool {
+	now := m.cfg.Clock.Now()
+	if !e.Job.ExpiresAt.IsZero() {
+		return now.Before(e.Job.ExpiresAt)
+	}
+	return now.Sub(e.QueuedAt) < m.cfg.DedupeTTL
+}
+
+// forget deletes the seen-key of an entry dropped without a record, so a
+// later sighting of the job is queued again.
+func (m *Manager) forget(ctx context.Context, c *cell, e Entry) {
+	if err := c.rdb.Del(ctx, seenPrefix+e.Tenant+":"+e.Job.Key).Err(); err != nil && ctx.Err() == nil {
+		m.fail(c, err)
 	}
 }
 

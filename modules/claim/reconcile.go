@@ -90,7 +90,7 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	}
 	req := wire.Lookup{RequestID: newID(), Keys: []string{a.Key}, Since: c.LeasedAt.Add(-time.Hour)}
 	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
-	res, err := lk.Lookup(lctx, a.Tenant, req)
+	res, err := e.lookupAll(lctx, lk, a.Tenant, req)
 	cancel()
 	if err != nil {
 		e.m.reconciled.WithLabelValues("incomplete").Inc()
@@ -257,7 +257,7 @@ func (e *Engine) clearForReoffer(ctx context.Context, tenant, key string) bool {
 	}
 	req := wire.Lookup{RequestID: newID(), Keys: []string{key}, Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	res, err := lk.Lookup(lctx, tenant, req)
+	res, err := e.lookupAll(lctx, lk, tenant, req)
 	cancel()
 	if err != nil || !res.Complete {
 		return false
@@ -367,7 +367,7 @@ func (e *Engine) DuplicateSweep(ctx context.Context) error {
 func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant string) error {
 	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
-	res, err := lk.Lookup(lctx, tenant, wire.Lookup{RequestID: newID(), Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)})
+	res, err := e.lookupAll(lctx, lk, tenant, wire.Lookup{RequestID: newID(), Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)})
 	if err != nil {
 		return err
 	}
@@ -494,7 +494,7 @@ func (w *watchWorker) Work(ctx context.Context, job *river.Job[WatchArgs]) error
 	}
 	req := wire.Lookup{RequestID: newID(), Keys: []string{a.Key}, Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)}
 	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
-	res, err := lk.Lookup(lctx, a.Tenant, req)
+	res, err := e.lookupAll(lctx, lk, a.Tenant, req)
 	cancel()
 	if err != nil {
 		e.m.watched.WithLabelValues("incomplete").Inc()

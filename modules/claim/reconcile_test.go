@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,15 +28,24 @@ import (
 
 // boardLookuper is the test's stand-in for "any signed-in agent of the
 // tenant": it looks the client's bookings up on the real sandbox board over
-// HTTP with a signed-in session, the way an agent's adapter does, and
-// reports Complete only when the board's answer says so.
+// HTTP with a signed-in session, page by page from the engine's cursor the
+// way an agent's adapter does (two bookings a page, so the engine's walk
+// over pages runs in every test with more), and reports Complete only when
+// the board's answer proves the page.
 type boardLookuper struct {
 	c *boardtest.Client
 }
 
+// lookupPage is how many bookings one answer of boardLookuper carries.
+const lookupPage = 2
+
 func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup) (wire.LookupResult, error) {
 	res := wire.LookupResult{RequestID: q.RequestID}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.c.Base+"/api/bookings?all=1", nil)
+	after := q.Cursor
+	if after == "" {
+		after = "0"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/api/bookings?after=%s&limit=%d", l.c.Base, after, lookupPage), nil)
 	if err != nil {
 		return res, err
 	}
@@ -45,9 +55,12 @@ func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup)
 	}
 	defer resp.Body.Close()
 	var body struct {
-		SignedIn bool `json:"signed_in"`
-		Complete bool `json:"complete"`
-		Bookings []struct {
+		SignedIn  bool   `json:"signed_in"`
+		Complete  bool   `json:"complete"`
+		Client    string `json:"client"`
+		NextAfter *int64 `json:"next_after"`
+		More      *bool  `json:"more"`
+		Bookings  []struct {
 			ID       int64     `json:"id"`
 			LoadID   string    `json:"load_id"`
 			Account  string    `json:"account"`
@@ -58,12 +71,18 @@ func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup)
 		res.Error = "unreadable answer"
 		return res, nil
 	}
-	if resp.StatusCode != http.StatusOK || !body.SignedIn || !body.Complete {
+	if resp.StatusCode != http.StatusOK || !body.SignedIn || body.More == nil || body.NextAfter == nil || (!*body.More && !body.Complete) {
 		res.Error = fmt.Sprintf("HTTP %d, signed_in=%v", resp.StatusCode, body.SignedIn)
 		return res, nil
 	}
-	res.Complete = true
+	res.Complete, res.Client = true, body.Client
+	if *body.More {
+		res.Next = fmt.Sprint(*body.NextAfter)
+	}
 	for _, b := range body.Bookings {
+		if len(q.Keys) > 0 && !slices.Contains(q.Keys, b.LoadID) {
+			continue
+		}
 		res.Bookings = append(res.Bookings, wire.Booking{Key: b.LoadID, BookingID: fmt.Sprint(b.ID), BookedAt: b.BookedAt, Account: b.Account})
 	}
 	return res, nil
@@ -163,16 +182,22 @@ func (r *recBundle) metric(t *testing.T, name string, labels map[string]string) 
 // lookupBookings is the board's answer for key, as a look-up sees it.
 func (r *recBundle) lookupBookings(t *testing.T, key string) []wire.Booking {
 	t.Helper()
-	res, err := boardLookuper{r.client}.Lookup(context.Background(), r.tenant, wire.Lookup{RequestID: "t", Keys: []string{key}})
-	require.NoError(t, err)
-	require.True(t, res.Complete)
 	var out []wire.Booking
-	for _, b := range res.Bookings {
-		if b.Key == key {
-			out = append(out, b)
+	cursor := ""
+	for {
+		res, err := boardLookuper{r.client}.Lookup(context.Background(), r.tenant, wire.Lookup{RequestID: "t", Keys: []string{key}, Cursor: cursor})
+		require.NoError(t, err)
+		require.True(t, res.Complete)
+		for _, b := range res.Bookings {
+			if b.Key == key {
+				out = append(out, b)
+			}
 		}
+		if res.Next == "" {
+			return out
+		}
+		cursor = res.Next
 	}
-	return out
 }
 
 // act leases key and starts acting, as an actor does through the engine.

@@ -1,17 +1,24 @@
 package crawl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/notify"
 )
 
 // Alarm kinds a crawl raises (through modules/alarm: console, metrics, log,
@@ -21,6 +28,9 @@ const (
 	AlarmSuddenDrop      = "crawl.sudden_drop"
 	AlarmSelectorFailure = "crawl.selector_failure"
 	AlarmErrorRate       = "crawl.error_rate"
+	// AlarmCaptcha: pages showed a captcha that nobody solved; a person
+	// must look.
+	AlarmCaptcha = "crawl.captcha"
 )
 
 // trailingRuns is how many earlier runs the sudden-drop median looks at.
@@ -32,6 +42,11 @@ const trailingRuns = 7
 type Rules struct {
 	Store *Store
 	Log   *slog.Logger
+	// Egress is the tenant's egress allowlist, for the job's webhook
+	// (alarms.webhook), which goes through the egress guard; nil: none.
+	Egress Egress
+	// Clock stamps webhook messages (default: real).
+	Clock clock.Clock
 }
 
 // Verdict is one rule's outcome for a run.
@@ -73,6 +88,11 @@ func Judge(job Job, run Run, previous []int) []Verdict {
 	out = append(out, Verdict{Kind: AlarmErrorRate, Failing: rate > *j.Alarms.ErrorRate || run.State == "failed",
 		Summary: fmt.Sprintf("Error rate in crawl %s: %.0f %% of pages failed", job.Name, rate*100),
 		Detail:  fmt.Sprintf("run %s: %d of %d pages failed (threshold %.0f %%), state %s (%s); rule: error rate", run.ID, run.Errors, run.Pages+run.Errors, *j.Alarms.ErrorRate*100, run.State, run.Reason)})
+
+	out = append(out, Verdict{Kind: AlarmCaptcha, Failing: run.Captchas > 0,
+		Summary: fmt.Sprintf("Captcha in crawl %s: %d page(s) ask for a person", job.Name, run.Captchas),
+		Detail: fmt.Sprintf("run %s: %d page(s) showed a captcha; nothing solves one without a recorded authorisation, so a person must look at the site (rule: captcha)",
+			run.ID, run.Captchas)})
 	return out
 }
 
@@ -98,8 +118,12 @@ func (r *Rules) OnFinish(ctx context.Context, tenant string, job Job, run Run, t
 	}
 	for _, v := range Judge(job, run, prev) {
 		if !v.Failing {
-			if _, err := alarm.Resolve(ctx, r.Store.pool, tenant, v.Kind, job.ID, "crawl"); err != nil {
+			resolved, err := alarm.Resolve(ctx, r.Store.pool, tenant, v.Kind, job.ID, "crawl")
+			if err != nil {
 				r.Log.Error("crawl: resolve alarm", "kind", v.Kind, "err", err)
+			}
+			if resolved {
+				r.webhook(ctx, tenant, job, "resolved", v, alarm.Warning, "")
 			}
 			continue
 		}
@@ -116,10 +140,13 @@ func (r *Rules) OnFinish(ctx context.Context, tenant string, job Job, run Run, t
 		if r.Store.pool.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, tenant).Scan(&slug) == nil {
 			link = fmt.Sprintf("/t/%s/crawl/traces/%d", slug, id)
 		}
-		_, err = alarm.Raise(ctx, r.Store.pool, alarm.Alarm{Kind: v.Kind, Key: job.ID, Tenant: tenant, Severity: sev,
+		opened, err := alarm.Raise(ctx, r.Store.pool, alarm.Alarm{Kind: v.Kind, Key: job.ID, Tenant: tenant, Severity: sev,
 			Summary: v.Summary + " · Trace saved", Detail: v.Detail, Link: link})
 		if err != nil {
 			r.Log.Error("crawl: raise alarm", "kind", v.Kind, "err", err)
+		}
+		if opened {
+			r.webhook(ctx, tenant, job, "raised", v, sev, link)
 		}
 	}
 }
@@ -203,4 +230,74 @@ func (s *Store) Traces(ctx context.Context, tenant, jobID string, limit int) ([]
 		return nil, fmt.Errorf("crawl: traces: %w", err)
 	}
 	return out, nil
+}
+
+// webhook posts an alarm that opened or resolved to the job's own webhook
+// (alarms.webhook) through the egress guard, in the notification
+// channels' message format (modules/notify.Message). Twice at most; a
+// failure is logged (the alarm itself is in the console and the channels).
+func (r *Rules) webhook(ctx context.Context, tenant string, job Job, event string, v Verdict, sev alarm.Severity, link string) {
+	target := job.Spec.Alarms.Webhook
+	if target == "" {
+		return
+	}
+	clk := r.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	var allow []string
+	var ports []int
+	if r.Egress != nil {
+		allow, ports = r.Egress(ctx, tenant)
+	}
+	pre, err := egress.ParseAllow(allow)
+	if err != nil {
+		pre = nil
+	}
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: pre, Ports: append(append([]int(nil), egress.DefaultPorts...), ports...)}, Logger: r.Log})
+	if err != nil {
+		r.Log.Error("crawl: webhook guard", "err", err)
+		return
+	}
+	client := g.Client(egress.ClientOptions{Timeout: 10 * time.Second, MaxRedirects: -1})
+	defer client.CloseIdleConnections()
+	var m notify.Message
+	now := clk.Now().UTC().Format(time.RFC3339)
+	m.Event, m.At = event, now
+	m.Alarm.Tenant, m.Alarm.Kind, m.Alarm.Key, m.Alarm.Severity = tenant, v.Kind, job.ID, string(sev)
+	m.Alarm.Summary, m.Alarm.Detail, m.Alarm.Link, m.Alarm.RaisedAt = v.Summary, v.Detail, link, now
+	if event == "resolved" {
+		m.Alarm.ResolvedBy = "crawl"
+	}
+	body, _ := json.Marshal(m)
+	var last error
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+		if err != nil {
+			last = err
+			break
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("User-Agent", "fleetwright-crawl")
+		req.Header.Set("X-Fleetwright-Job", job.Name)
+		resp, err := client.Do(req)
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err // its text holds the whole URL, token and all
+		}
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return
+			}
+			err = fmt.Errorf("answered %s", resp.Status)
+		}
+		last = err
+	}
+	u, _ := url.Parse(target)
+	host := ""
+	if u != nil {
+		host = u.Scheme + "://" + u.Host + "/…"
+	}
+	r.Log.Warn("crawl: job webhook failed", "job", job.Name, "webhook", host, "alarm", v.Kind, "err", last)
 }

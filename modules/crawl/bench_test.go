@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/board/catalog"
 )
 
@@ -98,5 +100,56 @@ func BenchmarkCrawlHTTP(b *testing.B) {
 func BenchmarkCrawlBrowser(b *testing.B) {
 	for range b.N {
 		benchCrawl(b, "browser", 500)
+	}
+}
+
+// BenchmarkCrawlThreeAgentsOneHost: three agents crawl one host (2,000 item
+// pages and 100 listing pages, politeness 100 requests/s with jitter,
+// concurrency 4). The oracle's busiest 10 s window must stay within its
+// bound (rate × 10 s × 1.05 + burst): the budget is the host's, shared by
+// the fleet, not each agent's. Run with -benchtime=1x.
+func BenchmarkCrawlThreeAgentsOneHost(b *testing.B) {
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		f := startFleet(b, ctx, 3)
+		cat, port := startCatalog(b, catalog.Config{Hosts: []string{"127.0.0.32"}, Items: 2000, Rate: 1e6, Burst: 1e6})
+		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port))
+		require.Equal(b, 0, code, out)
+		f.apply("three", fmt.Sprintf(`version: 1
+name: three
+start: {urls: ["http://127.0.0.32:%d/catalog?page=1"]}
+allowed_domains: [127.0.0.32]
+follow: {css: li.product a.title}
+extract:
+  fields:
+    url: {css: "link[rel=canonical]", attr: href, required: true}
+    price: {css: .price, transform: [number]}
+pagination: {next: {css: a.next}}
+item_key: url
+politeness: {concurrency: 4, delay: 10ms, jitter: 0.5, autothrottle: false}
+limits: {pages: 100000, concurrency: 12, run_time: 20m}
+`, port))
+		b.ResetTimer()
+		start := time.Now()
+		out = f.runJob("three")
+		elapsed := time.Since(start)
+		b.StopTimer()
+		m := pagesRe.FindStringSubmatch(out)
+		require.NotNil(b, m, out)
+		pages, _ := strconv.Atoi(m[1])
+		rep := cat.Oracle()
+		fig := rep.Hosts["127.0.0.32"]
+		bound := catalog.Bound(100, 4)
+		require.Zero(b, rep.RobotsViolations)
+		require.LessOrEqual(b, fig.MaxRequests10s, bound, "three agents on one host stay within the host's budget")
+		var agents int
+		require.NoError(b, db.InTenant(ctx, f.d.App, f.tenant, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT count(*) FROM crawl_agent_egress`).Scan(&agents)
+		}))
+		require.Equal(b, 3, agents, "all three agents were handed pages")
+		b.ReportMetric(float64(pages)/elapsed.Seconds(), "pages/s")
+		b.ReportMetric(float64(fig.MaxRequests10s), "max-req-10s")
+		b.ReportMetric(float64(bound), "bound-10s")
+		cancel()
 	}
 }

@@ -3,6 +3,7 @@ package crawl_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -37,6 +38,8 @@ type crawlFleet struct {
 	d      *testenv.Database
 	tenant string
 	dir    string
+	key    string // the panel's vault key (hex)
+	fleet  *fleet.Store
 }
 
 func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
@@ -47,9 +50,10 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 	}
 	v, err := vault.New(key)
 	require.NoError(t, err)
-	f := &crawlFleet{t: t, bin: testenv.Binary(t), d: d}
+	f := &crawlFleet{t: t, bin: testenv.Binary(t), d: d, key: hex.EncodeToString(key)}
 	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&f.tenant))
 	st := fleet.NewStore(d.App, v)
+	f.fleet = st
 	ops := audit.Entry{Actor: "e2e"}
 	tokens := map[string]string{}
 	for i := range agents {
@@ -96,8 +100,16 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 // cli runs `fleetwright crawl …` against the test database.
 func (f *crawlFleet) cli(args ...string) (string, int) {
 	f.t.Helper()
+	return f.cliIn("", args...)
+}
+
+// cliIn is cli with stdin.
+func (f *crawlFleet) cliIn(stdin string, args ...string) (string, int) {
+	f.t.Helper()
 	cmd := exec.Command(f.bin, append(append([]string{"crawl"}, args...), "--tenant=acme")...)
-	cmd.Env = append(os.Environ(), "FLEET_DATABASE_URL="+f.d.OwnerURL, "FLEET_DATABASE_APP_URL="+f.d.AppURL, "FLEET_DATA_DIR="+f.dir)
+	cmd.Env = append(os.Environ(), "FLEET_DATABASE_URL="+f.d.OwnerURL, "FLEET_DATABASE_APP_URL="+f.d.AppURL, "FLEET_DATA_DIR="+f.dir,
+		"FLEET_SECRET_KEY="+f.key)
+	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -260,6 +272,8 @@ limits: {concurrency: 6}
 		require.NotContains(t, f.openAlarms(ctx), crawl.AlarmSuddenDrop, "resolved by a healthy run")
 	})
 
+	t.Run("proxy", func(t *testing.T) { testProxyPools(t, ctx, f, cat, port) })
+
 	t.Run("retry-after", func(t *testing.T) {
 		slow, sport := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.24"}, Items: 120, Rate: 4, Burst: 2, RetryAfter: time.Second})
 		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port), fmt.Sprintf("--port=%d", sport))
@@ -337,5 +351,11 @@ politeness: {delay: 20ms}
 		require.Contains(t, tr.Trace["url"], "/js/catalog?page=1")
 		require.Contains(t, tr.Trace["body"], `class="card"`, "the snapshot shows the new layout")
 		require.LessOrEqual(t, len(tr.Trace["body"].(string)), 8<<10)
+		// Browser mode: the trace carries a screenshot of the rendered page.
+		shot, _ := tr.Trace["screenshot_jpeg_base64"].(string)
+		jpeg, err := base64.StdEncoding.DecodeString(shot)
+		require.NoError(t, err)
+		require.Greater(t, len(jpeg), 500, "a screenshot, not an empty image")
+		require.Equal(t, []byte{0xff, 0xd8}, jpeg[:2], "a JPEG")
 	})
 }

@@ -2,8 +2,10 @@ package crawl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/temoto/robotstxt"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -46,6 +49,9 @@ type Runner struct {
 	RobotsTTL time.Duration
 	// OnFinish is told of every finished run (the alarm rules).
 	OnFinish func(ctx context.Context, tenant string, job Job, run Run, trace map[string]any)
+	// Solvers are the captcha solver adapters built in. None ships; a
+	// tenant uses one only with a recorded authorisation (captcha.go).
+	Solvers map[string]SolverFactory
 
 	readyOnce sync.Once
 	ready     chan struct{}
@@ -65,6 +71,11 @@ type task struct {
 	attempt   int
 	notBefore time.Time
 	page      int // pagination depth of a listing page (1 = a start page)
+	// proxyTries counts the proxies that failed this page (not the page's
+	// own attempts: the proxy was at fault).
+	proxyTries int
+	// solution answers the captcha the page showed (an authorised solver's).
+	solution *wire.CaptchaSolution
 }
 
 type domainState struct {
@@ -82,6 +93,13 @@ type result struct {
 	err   error
 	// snapshot says the task asked for the run's trace snapshot.
 	snapshot bool
+	// proxy is the id of the pool's proxy the task went through.
+	proxy string
+	// solving marks the outcome of a captcha solver (solved or solveErr),
+	// not of a fetch.
+	solving  bool
+	solved   wire.CaptchaSolution
+	solveErr error
 }
 
 // Execute runs one run to its end: every page the job reaches, within its
@@ -158,6 +176,16 @@ type execution struct {
 	mu        sync.Mutex
 	noCrawler map[string]bool
 	rr        int
+
+	// The job's proxy pool (nil: the agents' own egress), as last read,
+	// with the run's round-robin counter and on-failure position.
+	pool    *Pool
+	poolAt  time.Time
+	proxyRR int
+	cursor  string
+	egress  map[string]string // agent → the egress last recorded for it
+
+	solverHTTP *http.Client
 }
 
 func (x *execution) push(t task) {
@@ -175,6 +203,11 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 			u = setParam(u, j.Pagination.Param.Name, j.Pagination.Param.From)
 		}
 		x.push(task{url: u, kind: wire.PageListing, page: 1})
+	}
+	if j.ProxyPool != "" {
+		if err := x.loadPool(ctx); err != nil {
+			return "failed", err.Error()
+		}
 	}
 	deadline := x.start.Add(j.Limits.RunTimeD)
 	stop := ""
@@ -219,10 +252,27 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 					noAgentSince = time.Time{}
 					t := x.frontier[i]
 					x.frontier = append(x.frontier[:i], x.frontier[i+1:]...)
-					if x.admit(ctx, t) {
-						x.launch(ctx, t, agents)
-						launched = true
+					if !x.admit(ctx, t) {
+						continue
 					}
+					agent := x.nextAgent(agents)
+					var px *Proxy
+					if x.pool != nil {
+						var why string
+						if px, why = x.proxyFor(ctx, agent, now); px == nil {
+							if why != "" {
+								return "failed", why
+							}
+							// Every proxy is benched: the page waits for the
+							// first bench to end.
+							t.notBefore = x.pool.nextUsable()
+							x.frontier = append(x.frontier, t)
+							continue
+						}
+					}
+					x.recordEgress(ctx, agent, px)
+					x.launch(ctx, t, agent, px)
+					launched = true
 					continue
 				}
 			}
@@ -364,11 +414,14 @@ func (x *execution) gap(d *domainState) time.Duration {
 	return Gap(base, *x.spec.Politeness.Jitter)
 }
 
-func (x *execution) launch(ctx context.Context, t task, agents []string) {
+func (x *execution) nextAgent(agents []string) string {
 	x.mu.Lock()
+	defer x.mu.Unlock()
 	x.rr++
-	agent := agents[x.rr%len(agents)]
-	x.mu.Unlock()
+	return agents[x.rr%len(agents)]
+}
+
+func (x *execution) launch(ctx context.Context, t task, agent string, px *Proxy) {
 	host := hostOf(t.url)
 	d := x.domain(host)
 	gap := x.gap(d)
@@ -377,9 +430,12 @@ func (x *execution) launch(ctx context.Context, t task, agents []string) {
 		x.trace = map[string]any{}
 	}
 	pt := x.pageTask(t, snapshot)
+	res := result{t: t, agent: agent, snapshot: snapshot}
+	if px != nil {
+		pt.Proxy, res.proxy = x.pool.wireProxy(px), px.ID
+	}
 	x.inflight++
 	go func() {
-		res := result{t: t, agent: agent, snapshot: snapshot}
 		defer func() { x.results <- res }()
 		p := x.spec.Politeness
 		lease := time.Duration(pt.TimeoutMS)*time.Millisecond + 10*time.Second
@@ -448,7 +504,7 @@ func (x *execution) pageTask(t task, snapshot bool) wire.PageTask {
 	}
 	return wire.PageTask{TaskID: wire.NewID(), RunID: x.run.ID, Kind: t.kind, URL: t.url, Render: j.Render, Rules: rules,
 		AllowedDomains: j.AllowedDomains, EgressAllow: x.allow, EgressPorts: x.ports, MaxBytes: j.Limits.PageBytesN,
-		TimeoutMS: timeout.Milliseconds(), Snapshot: snapshot}
+		TimeoutMS: timeout.Milliseconds(), Snapshot: snapshot, Solution: t.solution}
 }
 
 func (x *execution) figures(host string, f func(*DomainFigures)) {
@@ -460,6 +516,16 @@ func (x *execution) figures(host string, f func(*DomainFigures)) {
 func (x *execution) handle(ctx context.Context, r result) {
 	x.inflight--
 	t, res := r.t, r.res
+	if r.solving {
+		if r.solveErr != nil {
+			x.r.Log.Warn("crawl: captcha not solved", "url", t.url, "err", r.solveErr)
+			x.captcha(t)
+			return
+		}
+		t.solution = &r.solved
+		x.frontier = append(x.frontier, t)
+		return
+	}
 	if r.snapshot && len(x.trace) == 0 && res.Body == "" && res.Headers == nil {
 		// The page asked for the run's trace came back without one (lost,
 		// refused, or sent to an agent without a crawler): the next
@@ -485,6 +551,24 @@ func (x *execution) handle(ctx context.Context, r result) {
 		x.frontier = append(x.frontier, t)
 		return
 	}
+	if r.proxy != "" {
+		if res.ProxyError != "" {
+			// The proxy failed, not the page: its health pays, and the
+			// page goes again (through another proxy where the rotation
+			// says so) without spending one of its own retries.
+			x.proxyOutcome(ctx, r.proxy, false, res.ProxyError, now)
+			x.r.Log.Warn("crawl: proxy failed", "url", t.url, "proxy", r.proxy, "err", res.ProxyError)
+			t.proxyTries++
+			if t.proxyTries > maxProxyTries {
+				x.run.Errors++
+				x.attempts++
+				return
+			}
+			x.retry(t, now, false)
+			return
+		}
+		x.proxyOutcome(ctx, r.proxy, true, "", now)
+	}
 	x.figures(host, func(f *DomainFigures) { f.Requests++; f.TotalMS += res.DurationMS })
 	x.run.Bytes += res.Bytes
 	if t.kind == wire.PageRobots {
@@ -506,6 +590,9 @@ func (x *execution) handle(ctx context.Context, r result) {
 	if snap := x.trace; snap != nil && len(snap) == 0 && (res.Body != "" || res.Headers != nil) {
 		x.trace = map[string]any{"url": res.URL, "final_url": res.FinalURL, "status": res.Status, "headers": res.Headers,
 			"body": res.Body, "items": len(res.Items), "error": res.Error, "at": now}
+		if res.Screenshot != "" {
+			x.trace["screenshot_jpeg_base64"] = res.Screenshot
+		}
 	}
 	if res.Status == 429 || res.Status == 503 {
 		x.figures(host, func(f *DomainFigures) { f.Throttled++ })
@@ -514,6 +601,24 @@ func (x *execution) handle(ctx context.Context, r result) {
 			x.r.Budget.Block(ctx, x.tenant, host, until)
 		}
 		x.retry(t, now, true)
+		return
+	}
+	if res.Captcha && res.Challenge != nil && t.solution == nil && ctx.Err() == nil {
+		// Solved only under a recorded authorisation (SolveCaptcha refuses
+		// otherwise); off the loop, as a solver may take a while.
+		x.inflight++
+		ch := *res.Challenge
+		go func() {
+			out := result{t: t, agent: r.agent, solving: true}
+			defer func() { x.results <- out }()
+			out.solved, out.solveErr = x.r.Store.SolveCaptcha(ctx, x.tenant, x.r.Solvers, x.solverClient(), ch,
+				CaptchaUse{JobID: x.job.ID, JobName: x.job.Name, RunID: x.run.ID, URL: t.url})
+		}()
+		return
+	}
+	if res.Captcha {
+		x.figures(host, func(f *DomainFigures) { f.Errors++ })
+		x.captcha(t)
 		return
 	}
 	if res.Error != "" {
@@ -619,3 +724,143 @@ func (r Run) ErrorRate() float64 {
 	}
 	return float64(r.Errors) / float64(n)
 }
+
+// maxProxyTries bounds the proxies one page goes through before it fails.
+const maxProxyTries = 10
+
+// poolRefresh is how often a run re-reads its pool (benches and restores
+// made by other runs and replicas, proxies added or removed).
+const poolRefresh = 5 * time.Second
+
+func (x *execution) loadPool(ctx context.Context) error {
+	name := x.spec.ProxyPool
+	p, err := x.r.Store.PoolForRun(ctx, x.tenant, name)
+	if errors.Is(err, ErrNoPool) {
+		return fmt.Errorf("the job's proxy_pool %q does not exist in this tenant (fleetwright crawl proxy pool %s creates it)", name, name)
+	}
+	if err != nil {
+		return err
+	}
+	if len(p.Proxies) == 0 {
+		return fmt.Errorf("proxy pool %q has no proxy (fleetwright crawl proxy add %s URL adds one)", name, name)
+	}
+	x.pool, x.poolAt = &p, x.r.Clock.Now()
+	if x.egress == nil {
+		x.egress = map[string]string{}
+	}
+	return nil
+}
+
+// proxyFor picks the pool's proxy for a page sent to agent. It returns nil
+// and "" while every proxy is benched, nil and the reason when none is
+// left to wait for: a run with a pool never falls back to direct egress.
+func (x *execution) proxyFor(ctx context.Context, agent string, now time.Time) (*Proxy, string) {
+	if now.Sub(x.poolAt) >= poolRefresh {
+		if err := x.loadPool(ctx); err != nil {
+			return nil, err.Error()
+		}
+	}
+	px := x.pool.pick(agent, now, x.proxyRR, x.cursor)
+	if px == nil {
+		if x.pool.nextUsable().IsZero() {
+			return nil, fmt.Sprintf("every proxy of pool %q was removed after repeated failures: restore one (fleetwright crawl proxy restore ID) or add another", x.pool.Name)
+		}
+		return nil, ""
+	}
+	x.proxyRR++
+	if x.pool.Rotation == RotateOnFailure {
+		x.cursor = px.ID
+	}
+	return px, ""
+}
+
+// proxyOutcome records an outcome through a proxy: in the store (shared
+// by every run and replica) when it changes anything, and in the run's
+// copy of the pool at once.
+func (x *execution) proxyOutcome(ctx context.Context, id string, ok bool, msg string, now time.Time) {
+	var px *Proxy
+	for i := range x.pool.Proxies {
+		if x.pool.Proxies[i].ID == id {
+			px = &x.pool.Proxies[i]
+		}
+	}
+	if px == nil || (ok && px.State == ProxyActive && px.Failures == 0 && px.Score == 0) {
+		return
+	}
+	h, err := x.r.Store.ProxyOutcome(ctx, x.tenant, id, ok, msg, now)
+	if err != nil {
+		x.r.Log.Warn("crawl: record proxy outcome", "proxy", px.URL(), "err", err)
+		h = px.Health.After(ok, now, *x.pool)
+	}
+	if h.State != px.State {
+		x.r.Log.Warn("crawl: proxy health changed", "pool", x.pool.Name, "proxy", px.URL(), "from", px.State, "to", h.State,
+			"benched_until", h.BenchedUntil, "err", msg)
+	}
+	px.Health = h
+	if !ok {
+		px.LastError = msg
+	}
+	if !ok && x.pool.Rotation == RotateOnFailure && x.cursor == id {
+		// On failure, the next proxy in the pool's order takes over.
+		x.cursor = ""
+		for i := range x.pool.Proxies {
+			if x.pool.Proxies[i].ID == id && i+1 < len(x.pool.Proxies) {
+				x.cursor = x.pool.Proxies[i+1].ID
+			}
+		}
+	}
+}
+
+// recordEgress keeps the fleet page's egress column: which proxy (or the
+// account's own address) each agent's crawler was last handed.
+func (x *execution) recordEgress(ctx context.Context, agent string, px *Proxy) {
+	key, pool := "direct", ""
+	if px != nil {
+		key, pool = px.ID, x.pool.Name
+	}
+	if x.egress == nil {
+		x.egress = map[string]string{}
+	}
+	if x.egress[agent] == key {
+		return
+	}
+	x.egress[agent] = key
+	if err := x.r.Store.SetAgentEgress(ctx, x.tenant, agent, pool, px, x.r.Clock.Now()); err != nil {
+		x.r.Log.Warn("crawl: record agent egress", "agent", agent, "err", err)
+	}
+}
+
+// captcha fails a page that showed a captcha nobody solved: not retried;
+// the run's crawl.captcha alarm asks a person to look.
+func (x *execution) captcha(t task) {
+	x.run.Errors++
+	x.run.Captchas++
+	x.attempts++
+	x.r.Log.Warn("crawl: the page asks for a captcha; a person must look", "url", t.url)
+}
+
+// solverClient is the HTTP client for the solver's endpoint: through the
+// egress guard with the tenant's allowlist (the endpoint was typed by an
+// admin, so it is data).
+func (x *execution) solverClient() *http.Client {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.solverHTTP != nil {
+		return x.solverHTTP
+	}
+	allow, err := egress.ParseAllow(x.allow)
+	if err != nil {
+		allow = nil
+	}
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: allow, Ports: append(append([]int(nil), egress.DefaultPorts...), x.ports...)},
+		Logger: x.r.Log})
+	if err != nil {
+		return &http.Client{Transport: errTransport{err}}
+	}
+	x.solverHTTP = g.Client(egress.ClientOptions{Timeout: 2 * time.Minute})
+	return x.solverHTTP
+}
+
+type errTransport struct{ err error }
+
+func (e errTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, e.err }

@@ -20,14 +20,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 )
 
 // Store keeps jobs, versions, runs and items.
 type Store struct {
-	pool *pgxpool.Pool
-	opts spec.Options
+	pool  *pgxpool.Pool
+	opts  spec.Options
+	vault *vault.Vault
 }
 
 // NewStore returns a store; opts are the spec checks it applies on Apply.
@@ -226,8 +228,10 @@ type Run struct {
 	ChangedItems     int
 	Errors           int
 	SelectorFailures int
-	Bytes            int64
-	Domains          map[string]DomainFigures
+	// Captchas counts pages that showed a captcha nobody solved.
+	Captchas int
+	Bytes    int64
+	Domains  map[string]DomainFigures
 }
 
 // DomainFigures are one domain's request figures in a run.
@@ -274,9 +278,10 @@ func (s *Store) FinishRun(ctx context.Context, tenant string, r Run, trace map[s
 	}
 	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE crawl_runs SET state = $2, reason = $3, finished_at = $4, pages = $5, items = $6,
-			new_items = $7, changed_items = $8, errors = $9, selector_failures = $10, bytes = $11, domains = $12, trace = $13
+			new_items = $7, changed_items = $8, errors = $9, selector_failures = $10, bytes = $11, domains = $12, trace = $13,
+			captchas = $14
 			WHERE id = $1`, r.ID, r.State, r.Reason, r.FinishedAt, r.Pages, r.Items, r.NewItems, r.ChangedItems, r.Errors,
-			r.SelectorFailures, r.Bytes, dom, tr)
+			r.SelectorFailures, r.Bytes, dom, tr, r.Captchas)
 		if err != nil {
 			return fmt.Errorf("crawl: finish run: %w", err)
 		}
@@ -289,7 +294,7 @@ func (s *Store) Runs(ctx context.Context, tenant, jobID string, limit int) ([]Ru
 	var out []Run
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, job_id, version, state, reason, trigger, queued_at, started_at, finished_at, pages, items,
-			new_items, changed_items, errors, selector_failures, bytes, domains FROM crawl_runs
+			new_items, changed_items, errors, selector_failures, bytes, domains, captchas FROM crawl_runs
 			WHERE ($1 = '' OR job_id::text = $1) ORDER BY queued_at DESC LIMIT $2`, jobID, limit)
 		if err != nil {
 			return err
@@ -299,7 +304,7 @@ func (s *Store) Runs(ctx context.Context, tenant, jobID string, limit int) ([]Ru
 			var r Run
 			var dom []byte
 			if err := rows.Scan(&r.ID, &r.JobID, &r.Version, &r.State, &r.Reason, &r.Trigger, &r.QueuedAt, &r.StartedAt, &r.FinishedAt,
-				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom); err != nil {
+				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom, &r.Captchas); err != nil {
 				return err
 			}
 			_ = json.Unmarshal(dom, &r.Domains)
@@ -319,9 +324,9 @@ func (s *Store) Run(ctx context.Context, tenant, runID string) (Run, error) {
 	var dom []byte
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT id, job_id, version, state, reason, trigger, queued_at, started_at, finished_at, pages, items,
-			new_items, changed_items, errors, selector_failures, bytes, domains FROM crawl_runs WHERE id = $1`, runID).
+			new_items, changed_items, errors, selector_failures, bytes, domains, captchas FROM crawl_runs WHERE id = $1`, runID).
 			Scan(&r.ID, &r.JobID, &r.Version, &r.State, &r.Reason, &r.Trigger, &r.QueuedAt, &r.StartedAt, &r.FinishedAt,
-				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom)
+				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom, &r.Captchas)
 	})
 	if err != nil {
 		return Run{}, fmt.Errorf("crawl: run %s: %w", runID, err)

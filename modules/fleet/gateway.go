@@ -65,7 +65,10 @@ type Gateway struct {
 	mu       sync.Mutex
 	conns    map[string]*conn            // agent id → its connection on this replica
 	byTenant map[string]map[string]*conn // tenant → agent id → connection
-	rr       int
+
+	relayOnce sync.Once
+	relays    *relayState
+	rr        int
 
 	connected   prometheus.Gauge
 	messages    *prometheus.CounterVec

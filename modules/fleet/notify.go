@@ -46,6 +46,8 @@ func (g *Gateway) listenOnce(ctx context.Context, url string) error {
 		if err != nil {
 			return err
 		}
-		g.Wake(n.Payload)
+		if !g.relayNotified(ctx, n.Payload) {
+			g.Wake(n.Payload)
+		}
 	}
 }

@@ -32,8 +32,13 @@ type AgentView struct {
 	// SharedEgress: another agent of the tenant connects from the same
 	// address (every account should have its own).
 	SharedEgress bool
-	Traits       traits.Traits
-	Events       []EventView
+	// Egress is what the agent's crawler was last handed to fetch through
+	// (a pool's proxy, or the account's own address; empty: it never
+	// crawled), with that proxy's state (active, benched, removed).
+	Egress, EgressState string
+	EgressAt            *time.Time
+	Traits              traits.Traits
+	Events              []EventView
 	// Assistant is the latest report of an enrolled assistant (nil for
 	// other agents).
 	Assistant *wire.AssistantReport
@@ -161,6 +166,25 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 			}
 		}
 		if err := ev.Err(); err != nil {
+			return err
+		}
+		eg, err := tx.Query(ctx, `SELECT e.agent_id::text, e.label, e.at, COALESCE(p.state, '')
+			FROM crawl_agent_egress e LEFT JOIN crawl_proxies p ON p.id = e.proxy_id`)
+		if err != nil {
+			return err
+		}
+		defer eg.Close()
+		for eg.Next() {
+			var id, label, state string
+			var at time.Time
+			if err := eg.Scan(&id, &label, &at, &state); err != nil {
+				return err
+			}
+			if a := byID[id]; a != nil {
+				a.Egress, a.EgressState, a.EgressAt = label, state, &at
+			}
+		}
+		if err := eg.Err(); err != nil {
 			return err
 		}
 		return markHealth(ctx, tx, byID)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/proto"
 	"github.com/pquerna/otp/totp"
 	"github.com/stretchr/testify/require"
@@ -25,14 +24,19 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	c.user(t, email, auth.Admin, password)
 	c.tenant(t, "acme")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// One deadline for the whole flow, generous for a loaded machine; each
+	// step has its own below, so a slow step elsewhere does not eat its time.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	b, err := browser.Launch(ctx, browser.Options{Width: 1280, Height: 860})
 	require.NoError(t, err)
 	defer b.Close()
-	p, err := b.Page(ctx)
+	base, err := b.Page(ctx)
 	require.NoError(t, err)
-	p = p.Timeout(30 * time.Second)
+	// p is re-made at each step so every step gets its own 30 s: a page's
+	// Timeout is one deadline from the moment it is set, not per call.
+	p := base.Timeout(30 * time.Second)
+	step := func() { p = base.Timeout(30 * time.Second) }
 	shots := os.Getenv("FLEET_SCREENSHOTS") // a directory to save screenshots in, for people
 	shot := func(name string) {
 		if shots == "" {
@@ -44,6 +48,7 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	}
 	title := func() string { return p.MustElement(`[data-testid="page-title"]`).MustText() }
 	signIn := func() {
+		step()
 		require.NoError(t, p.Navigate(c.srv.URL+"/"))
 		p.MustWaitLoad()
 		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"), p.MustInfo().URL)
@@ -55,12 +60,14 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 		require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
 	}
 	enterCode := func(code string) {
+		step()
 		p.MustElement(`[data-testid="code"]`).MustInput(code)
 		wait := p.MustWaitNavigation()
 		p.MustElement(`[data-testid="mfa-submit"]`).MustClick()
 		wait()
 	}
 	signOut := func() {
+		step()
 		wait := p.MustWaitNavigation()
 		p.MustElement(`[data-testid="who"] button`).MustClick()
 		wait()
@@ -94,6 +101,7 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	require.Equal(t, "Overview", title())
 
 	// The audit page shows what just happened.
+	step()
 	require.NoError(t, p.Navigate(c.srv.URL+"/audit"))
 	p.MustWaitLoad()
 	require.Equal(t, "Audit log", title())
@@ -106,6 +114,7 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	}
 	require.Equal(t, 2, actions["signin.succeeded"])
 	shot("audit")
+	step()
 	require.NoError(t, p.Navigate(c.srv.URL+"/admin/users"))
 	p.MustWaitLoad()
 	require.True(t, p.MustHas(`[data-testid="user-`+email+`"]`))
@@ -122,8 +131,8 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	require.Contains(t, p.MustElement(`[data-testid="mfa-error"]`).MustText(), "already used")
 	shot("replay")
 	// And the refused page still reaches nothing else.
+	step()
 	require.NoError(t, p.Navigate(c.srv.URL+"/audit"))
 	p.MustWaitLoad()
 	require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
-	_ = rod.Try
 }

@@ -121,3 +121,90 @@ func TestCrawlPages(t *testing.T) {
 	_, body = do(t, cl, "GET", base, nil)
 	require.Contains(t, body, `<span class="badge warn">paused</span>`)
 }
+
+// TestCrawlProxyPages: an operator creates a proxy pool and adds a proxy
+// from the console (its password sealed, never shown again), sees its
+// health (benched with the time left), restores it; a pool's internal
+// ranges are an admin's to set; a viewer changes nothing.
+func TestCrawlProxyPages(t *testing.T) {
+	c := newConsole(t)
+	ctx := context.Background()
+	a := c.tenant(t, "alpha")
+	const pw = "correct horse battery"
+	const secret = "Pool-Proxy-Passw0rd"
+	op, viewer := c.user(t, "op@fleet.test", auth.Operator, pw), c.user(t, "viewer@fleet.test", auth.Viewer, pw)
+	c.user(t, "admin@fleet.test", auth.Admin, pw)
+	c.grant(t, op, a)
+	c.grant(t, viewer, a)
+	cl, vcl, acl := browserless(), browserless(), browserless()
+	c.enrolled(t, cl, "op@fleet.test", pw)
+	c.enrolled(t, vcl, "viewer@fleet.test", pw)
+	c.enrolled(t, acl, "admin@fleet.test", pw)
+	base := c.srv.URL + "/t/alpha/crawl/proxies"
+
+	res, body := do(t, cl, "GET", c.srv.URL+"/t/alpha/crawl", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="proxies-link"`)
+	res, body = do(t, cl, "GET", base, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="no-pools"`)
+
+	res, _ = do(t, cl, "POST", base+"/pools", url.Values{"name": {"pool1"}, "rotation": {"round_robin"}, "bench_after": {"2"},
+		"cooldown": {"1m"}, "remove_after": {"4"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, cl, "POST", base, url.Values{"pool": {"pool1"}, "url": {"http://proxy.example:3128"}, "username": {"crawler"},
+		"password": {secret}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, vcl, "POST", base, url.Values{"pool": {"pool1"}, "url": {"http://other.example:3128"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode, "a viewer adds nothing")
+
+	res, body = do(t, cl, "GET", base, nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="pool-pool1"`)
+	require.Contains(t, body, "rotation round_robin")
+	require.Contains(t, body, "http://proxy.example:3128")
+	require.Contains(t, body, "(password sealed)")
+	require.NotContains(t, body, secret, "the password is never shown again")
+	require.NotContains(t, body, "/pools/pool1/allow", "the allow list form is an admin's")
+
+	// The pool's internal ranges: an admin's (fleet.secrets), audited.
+	res, _ = do(t, cl, "POST", base+"/pools/pool1/allow", url.Values{"allow": {"127.0.0.0/8"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	res, _ = do(t, acl, "POST", base+"/pools/pool1/allow", url.Values{"allow": {"10.8.0.0/16, 127.0.0.1"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	st := crawl.NewStore(c.d.App, spec.Options{})
+	pool, err := st.Pool(ctx, a.ID, "pool1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.8.0.0/16", "127.0.0.1"}, pool.Allow)
+	require.Len(t, pool.Proxies, 1)
+	px := pool.Proxies[0]
+
+	// Two failures in a row bench it: the page says so, with the time left.
+	for range 2 {
+		_, err := st.ProxyOutcome(ctx, a.ID, px.ID, false, "egress: upstream proxy http://proxy.example:3128: refused CONNECT: 502 Bad Gateway", time.Now())
+		require.NoError(t, err)
+	}
+	_, body = do(t, cl, "GET", base, nil)
+	require.Contains(t, body, `data-testid="proxy-state">benched`)
+	require.Contains(t, body, "back in ")
+	require.Contains(t, body, "502 Bad Gateway")
+	res, _ = do(t, cl, "POST", base+"/"+px.ID+"/restore", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	_, body = do(t, cl, "GET", base, nil)
+	require.Contains(t, body, `data-testid="proxy-state">active`)
+	res, _ = do(t, cl, "POST", base+"/00000000-0000-0000-0000-000000000000/remove", nil)
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+
+	var actions []string
+	require.NoError(t, db.InTenant(ctx, c.d.App, a.ID, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT action || ' ' || detail::text FROM audit_log WHERE action LIKE 'crawl.proxy%' OR action LIKE 'egress.proxy%' ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		actions, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	require.Len(t, actions, 4, "pool, proxy, allow list, restore: %v", actions)
+	require.NotContains(t, strings.Join(actions, " "), secret)
+	require.NotContains(t, c.logs.String(), secret, "the proxy password reached the log")
+}

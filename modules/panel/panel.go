@@ -341,7 +341,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	p.Claims.AddWorkers(workers)
 	// Crawl runs: the runner's dispatcher (the gateway) and its budget's
 	// Redis (the cells) are attached once they exist.
-	p.CrawlRunner = &crawl.Runner{Clock: clock.Real{}, Log: log.With("component", "crawl")}
+	p.CrawlRunner = &crawl.Runner{Clock: clock.Real{}, Log: log.With("component", "crawl"), Solvers: crawl.BuiltinSolvers}
 	crawl.AddWorkers(workers, p.CrawlRunner)
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}}
 	maps.Copy(queues, crawl.Queues())
@@ -429,12 +429,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
 	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
+	p.Crawl.Store.SetVault(v)
 	if err := p.Crawl.RegisterSchedule(); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
 	p.CrawlRunner.Store, p.CrawlRunner.Disp, p.CrawlRunner.Egress = p.Crawl.Store, p.Gateway, p.Crawl.Store.Egress
 	p.CrawlRunner.Budget = crawl.NewBudget(p.Cells.RedisOf, clock.Real{})
-	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl")}).OnFinish
+	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl"), Egress: p.Crawl.Store.Egress}).OnFinish
 	p.CrawlRunner.Ready()
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	p.bgStop = bgStop

@@ -69,13 +69,23 @@ type BookResult struct {
 	Detail string
 }
 
-// Bookings is the client's bookings as the platform listed them.
+// Bookings is one page of the client's bookings as the platform listed
+// them, from a cursor ("" for the start).
 type Bookings struct {
-	// Complete is true only when the platform proved the list whole (signed
-	// in, every page). An incomplete answer must never release a claim.
+	// Complete is true only when the platform proved this page whole
+	// (signed in, well formed, nothing missing between the cursor and
+	// Next, or the end of the list when Next is empty). An incomplete
+	// answer must never release a claim.
 	Complete bool
 	AsOf     time.Time
 	Bookings []wire.Booking
+	// Next is the cursor of the following page ("": this page ends the
+	// list). Cursors are the adapter's own and valid for any account of
+	// the same client.
+	Next string
+	// Client is the platform client the session is signed in as, as the
+	// platform said ("" if it does not say).
+	Client string
 }
 
 // Filter keeps the bookings of keys (all when empty) booked at or after
@@ -133,8 +143,9 @@ type Session interface {
 	// of the job), or the operation id from a v3 panel. gate is called right before the request's
 	// bytes leave; if it refuses, the result is NOT_SENT.
 	Book(ctx context.Context, key, idemKey string, gate Gate) BookResult
-	// Bookings lists the client's bookings with proof of completeness.
-	Bookings(ctx context.Context) (Bookings, error)
+	// Bookings lists one page of the client's bookings from cursor ("":
+	// the start), with proof of completeness.
+	Bookings(ctx context.Context, cursor string) (Bookings, error)
 	// Cookies returns the session's cookies (to keep in the agent's state);
 	// SetCookies adopts stored ones (another worker's fresh login).
 	Cookies() []*http.Cookie
@@ -200,8 +211,9 @@ type Browser interface {
 	// State detects a captcha, a signed-out page, or a jobs view that is
 	// an error page (PageBroken).
 	State(ctx context.Context, page *rod.Page) (PageState, error)
-	// Bookings lists the client's bookings from inside the signed-in page.
-	Bookings(ctx context.Context, page *rod.Page) (Bookings, error)
+	// Bookings lists one page of the client's bookings from cursor, from
+	// inside the signed-in page.
+	Bookings(ctx context.Context, page *rod.Page, cursor string) (Bookings, error)
 }
 
 // Adapter is one platform.

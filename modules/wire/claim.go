@@ -173,6 +173,9 @@ type Lookup struct {
 	// Keys limits the answer to these jobs (empty: every booking since Since).
 	Keys  []string  `json:"keys,omitempty"`
 	Since time.Time `json:"since,omitempty"`
+	// Cursor continues a paged look-up: the Next of the previous answer
+	// (empty: from the start). Version 4; a v3 agent answers in one message.
+	Cursor string `json:"cursor,omitempty" since:"4"`
 }
 
 // Booking is one booking of the client on the platform.
@@ -192,6 +195,16 @@ type LookupResult struct {
 	Complete  bool      `json:"complete"`
 	Bookings  []Booking `json:"bookings"`
 	Error     string    `json:"error,omitempty"`
+	// Next is set when the list continues: ask again with Cursor = Next.
+	// Complete then says this part is proven (every platform page between
+	// the cursor and Next read while signed in); the whole list is proven
+	// once every part was and the last has no Next. Version 4: a v4 agent
+	// keeps each answer under MaxMessageBytes this way.
+	Next string `json:"next,omitempty" since:"4"`
+	// Client is the platform client the answering session is signed in as,
+	// as the platform itself said (version 4). The panel accepts a look-up
+	// only from an account of the claim's own client.
+	Client string `json:"client,omitempty" since:"4"`
 }
 
 // MessageType implements Message.

@@ -61,8 +61,53 @@ type PageTask struct {
 	EgressPorts []int    `json:"egress_ports,omitempty"`
 	MaxBytes    int64    `json:"max_bytes"`
 	TimeoutMS   int64    `json:"timeout_ms"`
-	// Snapshot asks for a bounded body snapshot (alarm traces).
+	// Snapshot asks for a bounded body snapshot (alarm traces), and in
+	// browser mode a small screenshot too.
 	Snapshot bool `json:"snapshot,omitempty"`
+	// Proxy is the upstream proxy of the tenant's pool the fetch must go
+	// through (nil: the agent's own egress). An agent never falls back to
+	// its own egress when a proxy was named.
+	Proxy *CrawlProxy `json:"proxy,omitempty"`
+	// Solution answers the captcha the page showed last time: a solver the
+	// tenant authorised (docs/CRAWL.md, "Captchas") solved it. The agent
+	// submits the captcha's form with it.
+	Solution *CaptchaSolution `json:"solution,omitempty"`
+}
+
+// CaptchaChallenge describes a captcha a page showed.
+type CaptchaChallenge struct {
+	// Kind is recaptcha, hcaptcha or unknown.
+	Kind    string `json:"kind"`
+	SiteKey string `json:"site_key,omitempty"`
+	// PageURL is the page that showed it.
+	PageURL string `json:"page_url"`
+}
+
+// CaptchaSolution is a solver's answer: the token, and the form field
+// that carries it (g-recaptcha-response, h-captcha-response, …).
+type CaptchaSolution struct {
+	Field string `json:"field"`
+	Token string `json:"token"`
+}
+
+// CrawlProxy is one proxy of a tenant's pool, as a page task names it. Its
+// credentials travel sealed to the agent's installation key (like the
+// account's, SealedCredentials), never in the clear.
+type CrawlProxy struct {
+	ID string `json:"id"`
+	// URL is scheme://host:port (http, https or socks5), without
+	// credentials.
+	URL string `json:"url"`
+	// Allow are the internal ranges the proxy's own address may be in (the
+	// pool's admin-set allow list); public addresses need none.
+	Allow []string `json:"allow,omitempty"`
+	// Sealed holds Username and Password sealed to the agent's key.
+	Sealed *SealedCredentials `json:"sealed,omitempty"`
+	// Withheld says why the credentials were not sent (Withheld*).
+	Withheld string `json:"withheld,omitempty"`
+	// Credentials are filled by the panel and sealed by the gateway just
+	// before sending; they never travel.
+	Credentials Credentials `json:"-"`
 }
 
 // CrawlItem is one extracted item: field name → value (a string, a
@@ -92,10 +137,18 @@ type PageResult struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Refused is the egress guard's reason when it refused the fetch.
 	Refused string `json:"refused,omitempty"`
-	// Captcha says the page asked for a person.
-	Captcha bool `json:"captcha,omitempty"`
+	// Captcha says the page asked for a person; Challenge describes it.
+	Captcha   bool              `json:"captcha,omitempty"`
+	Challenge *CaptchaChallenge `json:"challenge,omitempty"`
 	// Error is a fetch or extraction failure ("" on success).
 	Error string `json:"error,omitempty"`
+	// ProxyError is set when the task's proxy itself failed (unreachable,
+	// refused by the guard, a refused CONNECT): the proxy is at fault, not
+	// the page.
+	ProxyError string `json:"proxy_error,omitempty"`
+	// Screenshot is a small JPEG of the rendered page (base64), sent with a
+	// snapshot in browser mode.
+	Screenshot string `json:"screenshot,omitempty"`
 }
 
 // MessageType implements Message.

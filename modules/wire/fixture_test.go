@@ -110,8 +110,8 @@ func allSamples(v int) map[Type]Message {
 			SentAt: ptr(t1.Add(20 * time.Millisecond)), ConfirmedAt: ptr(t1.Add(212 * time.Millisecond)),
 			Detail: "booking #7731", FromJournal: false},
 		TypeOutcomeAck:   OutcomeAck{RequestID: "req_03", OK: true, Disposition: AckApplied},
-		TypeLookup:       Lookup{RequestID: "req_04", Keys: []string{"LD-48213"}, Since: t1.Add(-time.Hour)},
-		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}},
+		TypeLookup:       Lookup{RequestID: "req_04", Keys: []string{"LD-48213"}, Since: t1.Add(-time.Hour), Cursor: "7600"},
+		TypeLookupResult: LookupResult{RequestID: "req_04", Complete: true, Bookings: []Booking{{Key: "LD-48213", BookingID: "7731", BookedAt: t1, Account: "dispatch42"}}, Next: "7731", Client: "acme-freight"},
 		TypePageTask:     samplePageTask(),
 		TypePageResult:   samplePageResult(),
 		TypeAssistantReport: AssistantReport{Model: "ollama qwen2.5:7b", TokensToday: 7223, CostTodayUSD: 0, Tasks: []AssistantTask{{ID: 3,
@@ -145,7 +145,10 @@ func samplePageTask() PageTask {
 			FollowCSS: "a.title", FollowAttr: "href", FollowLimit: 5, NextCSS: "a.next", NextAttr: "href",
 			CursorPath: "$.next_cursor", CursorParam: "cursor"},
 		AllowedDomains: []string{"shop.example.test"}, EgressAllow: []string{"127.0.0.0/8"}, EgressPorts: []int{8091},
-		MaxBytes: 5 << 20, TimeoutMS: 30000, Snapshot: true}
+		MaxBytes: 5 << 20, TimeoutMS: 30000, Snapshot: true,
+		Proxy: &CrawlProxy{ID: "proxy_01", URL: "http://proxy.example.test:3128", Allow: []string{"10.8.0.0/16"},
+			Sealed: &SealedCredentials{Ephemeral: "ZXBo", Nonce: "bm9uY2U", Box: "Ym94"}},
+		Solution: &CaptchaSolution{Field: "g-recaptcha-response", Token: "03AFcWeA"}}
 }
 
 func samplePageResult() PageResult {
@@ -155,7 +158,10 @@ func samplePageResult() PageResult {
 		Links:   []string{"https://shop.example.test/item/p0001"},
 		Next:    "https://shop.example.test/catalog?page=3",
 		Missing: []string{"price"}, Body: "<html>…</html>", Headers: map[string]string{"Content-Type": "text/html"},
-		Refused: "loopback (RFC 1122) 127.0.0.0/8", Captcha: true, Error: "timeout"}
+		Refused: "loopback (RFC 1122) 127.0.0.0/8", Captcha: true, Error: "timeout",
+		ProxyError: "egress: upstream proxy http://proxy.example.test:3128: refused CONNECT 93.184.216.34:443: 502 Bad Gateway",
+		Screenshot: "/9j/4AAQ",
+		Challenge:  &CaptchaChallenge{Kind: "recaptcha", SiteKey: "6LcTEST", PageURL: "https://shop.example.test/catalog?page=2"}}
 }
 
 func sampleJob() Job {

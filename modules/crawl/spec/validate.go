@@ -25,8 +25,11 @@ func (v *validator) add(path, format string, args ...any) {
 	v.errs = append(v.errs, FieldError{Path: path, Line: at.line, Column: at.col, Msg: fmt.Sprintf(format, args...)})
 }
 
+// NameRE is the form of a job's or a proxy pool's name.
+var NameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
 var (
-	nameRe        = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	nameRe        = NameRE
 	placeholderRe = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 	domainRe      = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )

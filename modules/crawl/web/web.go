@@ -48,6 +48,7 @@ func Mount(r chi.Router, d Deps) {
 	r.Method(http.MethodPost, "/t/{tenant}/crawl/jobs/{job}/pause", auth.Require(auth.FleetSteer, d.pause(true)))
 	r.Method(http.MethodPost, "/t/{tenant}/crawl/jobs/{job}/resume", auth.Require(auth.FleetSteer, d.pause(false)))
 	r.Method(http.MethodGet, "/t/{tenant}/crawl/traces/{trace}", auth.Require(auth.FleetRead, d.trace))
+	mountProxies(r, d)
 }
 
 func actor(r *http.Request) audit.Entry {

@@ -185,9 +185,13 @@ func (b *browserSide) State(ctx context.Context, page *rod.Page) (platform.PageS
 }
 
 // Bookings implements platform.Browser: the same JSON, fetched by the page.
-func (b *browserSide) Bookings(ctx context.Context, page *rod.Page) (platform.Bookings, error) {
-	res, err := page.Context(ctx).Eval(`() => fetch("/api/bookings?all=1", {credentials: "same-origin", headers: {Accept: "application/json"}})
-		.then(r => r.text().then(t => ({status: r.status, body: t})))`)
+func (b *browserSide) Bookings(ctx context.Context, page *rod.Page, cursor string) (platform.Bookings, error) {
+	path, after, err := bookingsPath(cursor)
+	if err != nil {
+		return platform.Bookings{}, err
+	}
+	res, err := page.Context(ctx).Eval(`(path) => fetch(path, {credentials: "same-origin", headers: {Accept: "application/json"}})
+		.then(r => r.text().then(t => ({status: r.status, body: t})))`, path)
 	if err != nil {
 		return platform.Bookings{}, fmt.Errorf("%w: bookings: %v", platform.ErrUnavailable, err)
 	}
@@ -198,5 +202,5 @@ func (b *browserSide) Bookings(ctx context.Context, page *rod.Page) (platform.Bo
 	default:
 		return platform.Bookings{}, fmt.Errorf("%w: bookings: HTTP %d", platform.ErrUnavailable, st)
 	}
-	return parseBookings([]byte(res.Value.Get("body").Str()))
+	return parseBookings([]byte(res.Value.Get("body").Str()), after)
 }

@@ -344,13 +344,34 @@ func shortErr(err error) string {
 	return m
 }
 
+// bookingsPage is how many bookings one request of the board's list asks
+// for: a page of them stays well under a protocol message.
+const bookingsPage = 200
+
+// bookingsPath is the board's bookings list from a cursor (a booking id).
+func bookingsPath(cursor string) (string, int64, error) {
+	after := int64(0)
+	if cursor != "" {
+		n, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil || n < 0 {
+			return "", 0, fmt.Errorf("sandbox: bookings: cursor %q is not a booking id", cursor)
+		}
+		after = n
+	}
+	return fmt.Sprintf("/api/bookings?after=%d&limit=%d", after, bookingsPage), after, nil
+}
+
 // Bookings implements platform.Session.
-func (s *session) Bookings(ctx context.Context) (platform.Bookings, error) {
-	var raw json.RawMessage
-	if err := s.get(ctx, "/api/bookings?all=1", &raw); err != nil {
+func (s *session) Bookings(ctx context.Context, cursor string) (platform.Bookings, error) {
+	path, after, err := bookingsPath(cursor)
+	if err != nil {
 		return platform.Bookings{}, err
 	}
-	return parseBookings(raw)
+	var raw json.RawMessage
+	if err := s.get(ctx, path, &raw); err != nil {
+		return platform.Bookings{}, err
+	}
+	return parseBookings(raw, after)
 }
 
 // Cookies implements platform.Session.
@@ -437,15 +458,20 @@ func parseBook(status int, raw []byte) platform.BookResult {
 	return platform.BookResult{Result: wire.ResultUnknown, Detail: fmt.Sprintf("HTTP %d %s", status, st)}
 }
 
-func parseBookings(raw []byte) (platform.Bookings, error) {
+// parseBookings reads one page of the board's list by cursor. It is
+// Complete only with the board's own proof: signed in, the page answers the
+// cursor asked with, its ids ascend above it and end at next_after, and the
+// last page (more false) says complete.
+func parseBookings(raw []byte, after int64) (platform.Bookings, error) {
 	var p struct {
-		SignedIn bool      `json:"signed_in"`
-		Complete bool      `json:"complete"`
-		AsOf     time.Time `json:"as_of"`
-		Page     int       `json:"page"`
-		Pages    int       `json:"pages"`
-		Total    int       `json:"total"`
-		Bookings []struct {
+		SignedIn  bool      `json:"signed_in"`
+		Complete  bool      `json:"complete"`
+		Client    string    `json:"client"`
+		AsOf      time.Time `json:"as_of"`
+		After     *int64    `json:"after"`
+		NextAfter *int64    `json:"next_after"`
+		More      *bool     `json:"more"`
+		Bookings  []struct {
 			ID       int64     `json:"id"`
 			LoadID   string    `json:"load_id"`
 			Account  string    `json:"account"`
@@ -455,12 +481,29 @@ func parseBookings(raw []byte) (platform.Bookings, error) {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return platform.Bookings{}, fmt.Errorf("sandbox: bookings: %w", err)
 	}
-	out := platform.Bookings{AsOf: p.AsOf, Bookings: []wire.Booking{}}
+	out := platform.Bookings{AsOf: p.AsOf, Client: p.Client, Bookings: []wire.Booking{}}
+	ok := p.SignedIn && p.After != nil && *p.After == after && p.NextAfter != nil && p.More != nil &&
+		len(p.Bookings) <= bookingsPage
+	last := after
 	for _, b := range p.Bookings {
+		if b.ID <= last {
+			ok = false
+		}
+		last = b.ID
 		out.Bookings = append(out.Bookings, wire.Booking{Key: b.LoadID, BookingID: strconv.FormatInt(b.ID, 10),
 			BookedAt: b.BookedAt, Account: b.Account})
 	}
-	// Complete only with the board's own proof, and the count agrees.
-	out.Complete = p.SignedIn && p.Complete && p.Pages == 1 && len(out.Bookings) == p.Total
+	if !ok || *p.NextAfter != last {
+		return out, nil
+	}
+	if *p.More {
+		if len(p.Bookings) == 0 {
+			return out, nil // "more" without progress proves nothing
+		}
+		out.Next = strconv.FormatInt(last, 10)
+		out.Complete = true
+		return out, nil
+	}
+	out.Complete = p.Complete
 	return out, nil
 }

@@ -73,15 +73,19 @@ func TestHTTPSession(t *testing.T) {
 	r = sess.Book(ctx, loads[1].ID, "op-2", nil)
 	require.Equal(t, wire.ResultTaken, r.Result)
 
-	b, err := sess.Bookings(ctx)
+	b, err := sess.Bookings(ctx, "")
 	require.NoError(t, err)
 	require.True(t, b.Complete)
+	require.Empty(t, b.Next, "one page holds the list")
+	require.Equal(t, "acme", b.Client, "the platform says which client answered")
 	require.Len(t, b.Bookings, 1)
 	require.Equal(t, loads[0].ID, b.Bookings[0].Key)
+	_, err = sess.Bookings(ctx, "not-a-booking-id")
+	require.ErrorContains(t, err, "not a booking id")
 
 	s.SessionStorm(1)
 	require.ErrorIs(t, sess.Check(ctx), platform.ErrSignedOut)
-	_, err = sess.Bookings(ctx)
+	_, err = sess.Bookings(ctx, "")
 	require.ErrorIs(t, err, platform.ErrSignedOut, "a signed-out look-up is an error, never an empty complete list")
 	r = sess.Book(ctx, loads[0].ID, "op-3", nil)
 	require.True(t, r.SignedOut)
@@ -191,4 +195,54 @@ func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
 	err = platform.CheckKeys(ctx, ad, false)
 	require.Error(t, err)
 	require.ErrorIs(t, err, platform.ErrUnavailable)
+}
+
+// The client's bookings come page by page from a cursor: every booking of
+// the client exactly once, in order, another client's never; a booking made
+// during the walk is on a later page; only the last page ends the list.
+func TestBookingsArePagedByCursor(t *testing.T) {
+	ctx := context.Background()
+	s, sess, creds, _ := setup(t)
+	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+	_, err := s.CreateAccount(ctx, board.AccountSpec{Username: "rival-1", Password: password, Client: "rival"})
+	require.NoError(t, err)
+	loads, err := s.Publish(ctx, 451, nil)
+	require.NoError(t, err)
+	for i, l := range loads[:450] {
+		_, err := s.InjectBooking(ctx, "acme-1", l.ID)
+		require.NoError(t, err)
+		if i%3 == 0 {
+			_, err := s.InjectBooking(ctx, "rival-1", l.ID)
+			require.NoError(t, err)
+		}
+	}
+
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		b, err := sess.Bookings(ctx, cursor)
+		require.NoError(t, err)
+		require.True(t, b.Complete, "page %d proves itself", pages)
+		require.Equal(t, "acme", b.Client)
+		require.LessOrEqual(t, len(b.Bookings), 200)
+		for _, bk := range b.Bookings {
+			require.False(t, seen[bk.BookingID], "booking %s twice", bk.BookingID)
+			seen[bk.BookingID] = true
+			require.Equal(t, "acme-1", bk.Account, "another client's booking is never listed")
+		}
+		pages++
+		if pages == 1 {
+			// A booking made during the walk is on a later page.
+			_, err := s.InjectBooking(ctx, "acme-1", loads[450].ID)
+			require.NoError(t, err)
+		}
+		if b.Next == "" {
+			break
+		}
+		require.NotEqual(t, cursor, b.Next)
+		cursor = b.Next
+	}
+	require.Equal(t, 3, pages)
+	require.Len(t, seen, 451)
+	require.Len(t, s.Bookings("acme"), 451)
 }
