@@ -28,6 +28,8 @@ type Claims interface {
 	Lease(ctx context.Context, tenant string, h claim.Holder, r wire.LeaseRequest) wire.LeaseResult
 	Act(ctx context.Context, tenant string, h claim.Holder, r wire.ActRequest) wire.ActResult
 	Outcome(ctx context.Context, tenant string, h claim.Holder, o wire.Outcome, offset wire.Estimate) wire.OutcomeAck
+	// Gate is a granted action's read-only fenced check (assign mode, v4).
+	Gate(ctx context.Context, tenant string, h claim.Holder, r wire.GateCheck) wire.GateResult
 	// AgentLost is told when an agent's connection ends: the actions in
 	// flight on that connection can no longer be reported and become
 	// UNKNOWN. Only that connection's claims (connID), never those of the
@@ -183,6 +185,11 @@ type conn struct {
 	// heard is signalled (without blocking) whenever the agent's frame
 	// arrives: the writer's silence limit starts again.
 	heard chan struct{}
+	// The agent's last state report (its actors for assign mode) and the
+	// grants sent on this connection without an outcome yet (assign.go).
+	workers     []wire.WorkerState
+	agentPaused bool
+	grants      map[int64]grantOut
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -495,6 +502,7 @@ func (c *conn) reader(ctx context.Context) {
 		case wire.Pong:
 			c.pong(ctx, m, at)
 		case wire.State:
+			c.noteState(m)
 			if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
 			}
@@ -528,7 +536,7 @@ func (c *conn) reader(ctx context.Context) {
 			}
 		case wire.PageResult:
 			c.pageResult(m)
-		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
+		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome, wire.GateCheck:
 			if !c.claim(ctx, f.Message) {
 				return
 			}
@@ -590,7 +598,10 @@ func (c *conn) claim(ctx context.Context, m wire.Message) bool {
 			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.ActRequest:
 			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
+		case wire.GateCheck:
+			_ = c.send(ctx, cl.Gate(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.Outcome:
+			c.grantSettled(x.Token)
 			c.completed(x.Worker, strings.ToLower(x.Result))
 			ack := claim.Disposition(cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x, c.Offset()))
 			if ack.Disposition == wire.AckTransient && c.version < wire.V4 {

@@ -462,6 +462,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
+	p.Claims.SetAssign(p.Gateway, p.Gateway)
 	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
 	p.Crawl.Store.SetVault(v)
 	if err := p.Crawl.RegisterSchedule(); err != nil {
@@ -478,6 +479,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		defer p.bg.Done()
 		// The LISTEN loop recovers on its own; it is not supervised.
 		p.Gateway.Listen(bgCtx, appURL)
+	}()
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		// Assign mode: this replica's warm actors, published every second.
+		p.Claims.RunWarm(bgCtx)
 	}()
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
