@@ -98,7 +98,7 @@ func BenchmarkClaimPathWebSocket(b *testing.B) {
 	require.NoError(b, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('bench', 'Bench') RETURNING id::text`).Scan(&tenant))
 	_, err = p.Claims.PutFilter(ctx, ops, tenant, claim.Filter{Name: "all", Enabled: true})
 	require.NoError(b, err)
-	acct, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Username: "u",
+	acct, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Client: "acme", Username: "u",
 		Password: "bench-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	require.NoError(b, err)
 	url := "ws://" + p.Addr() + "/agent/ws"
