@@ -27,13 +27,13 @@ import (
 
 // subcommands of the two-word commands (admin …, audit …).
 var subcommands = map[string][]string{
-	"admin": {"create-user", "reset-mfa", "disable-user", "pause", "resume", "issue-agent-token"},
+	"admin": {"create-user", "reset-mfa", "disable-user", "pause", "resume", "issue-agent-token", "dispatch-mode"},
 	"audit": {"verify"},
 }
 
 type adminOptions struct {
 	dataDir, databaseURL, databaseAppURL, logFormat, logLevel string
-	email, role, tenant, agent                                string
+	email, role, tenant, agent, mode                          string
 	passwordStdin                                             bool
 	newInstallation                                           bool
 }
@@ -50,6 +50,10 @@ func adminFlags(o *adminOptions, cmd string) *config.Set {
 	}
 	if cmd == "admin pause" || cmd == "admin resume" {
 		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "tenant slug (empty: the whole fleet)")
+	}
+	if cmd == "admin dispatch-mode" {
+		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "tenant slug")
+		s.Enum(&o.mode, "mode", "", "", []string{"race", "assign"}, "race: every warm actor may ask for each job; assign: the panel chooses one actor per job and grants it in one commit (see docs/CLAIMS.md)")
 	}
 	if cmd == "admin issue-agent-token" {
 		s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the agent's tenant (slug)")
@@ -97,6 +101,9 @@ func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Wr
 	if err == nil && full == "admin issue-agent-token" && (o.tenant == "" || o.agent == "") {
 		err = errors.New("--tenant and --agent are required")
 	}
+	if err == nil && full == "admin dispatch-mode" && (o.tenant == "" || o.mode == "") {
+		err = errors.New("--tenant and --mode (race or assign) are required")
+	}
 	if err == nil && userCommand(full) && strings.TrimSpace(o.email) == "" {
 		err = errors.New("--email is required")
 	}
@@ -137,6 +144,8 @@ func runTwoWord(cmd string, args []string, stdin io.Reader, stdout, stderr io.Wr
 			return setPaused(ctx, pool, o, full == "admin pause", stdout)
 		case "admin issue-agent-token":
 			return issueAgentToken(ctx, pool, o, stdout)
+		case "admin dispatch-mode":
+			return setDispatchMode(ctx, pool, o, stdout)
 		}
 		return nil
 	})
@@ -172,6 +181,21 @@ func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bo
 	} else {
 		fmt.Fprintln(stdout, "resumed:", scope)
 	}
+	return nil
+}
+
+// setDispatchMode sets a tenant's dispatch mode (race or assign), audited
+// as the CLI user; every replica applies it within 2 s.
+func setDispatchMode(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout io.Writer) error {
+	st := claim.NewStore(pool, nil)
+	t, err := st.TenantBySlug(ctx, o.tenant)
+	if err != nil {
+		return err
+	}
+	if err := st.SetDispatchMode(ctx, cliActor(), t.ID, o.mode); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "tenant %s dispatches in %s mode (was %s)\n", t.Slug, o.mode, t.DispatchMode)
 	return nil
 }
 
@@ -252,6 +276,9 @@ func verifyAudit(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout
 	}
 	fmt.Fprintf(stdout, "audit verify: %d chains, %d entries (%d not sealed yet), %d anchors from %s\n",
 		rep.Chains, rep.Entries, rep.Unsealed, rep.Anchors, path)
+	if rep.Checkpoints > 0 {
+		fmt.Fprintf(stdout, "audit verify: %d chains verified from a checkpoint (their older entries were dropped by retention)\n", rep.Checkpoints)
+	}
 	for _, p := range rep.Problems {
 		fmt.Fprintln(stdout, "PROBLEM:", p)
 	}
@@ -266,7 +293,13 @@ func verifyAudit(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout
 // the embedded cluster — started here (and migrated) when no panel runs, or
 // the running panel's when its data directory is locked.
 func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*pgxpool.Pool) error) error {
-	appURL := o.databaseAppURL
+	return withDB(ctx, o, log, false, func(app, _ *pgxpool.Pool) error { return fn(app) })
+}
+
+// withDB is withAppDB that also connects as the owner role when owner is
+// true (erasing a tenant deletes history the application role may not).
+func withDB(ctx context.Context, o adminOptions, log *slog.Logger, owner bool, fn func(app, owner *pgxpool.Pool) error) error {
+	appURL, ownerURL := o.databaseAppURL, o.databaseURL
 	if o.databaseURL != "" && appURL == "" {
 		return errors.New("--database-url needs --database-app-url (FLEET_DATABASE_APP_URL)")
 	}
@@ -281,22 +314,22 @@ func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*p
 				return err
 			}
 			defer pg.Stop()
-			owner, err := db.Open(ctx, pg.OwnerURL(), 2)
+			own, err := db.Open(ctx, pg.OwnerURL(), 2)
 			if err != nil {
 				return err
 			}
-			err = db.Migrate(ctx, owner, migrations.FS, embedded.AppRole, log)
-			owner.Close()
+			err = db.Migrate(ctx, own, migrations.FS, embedded.AppRole, log)
+			own.Close()
 			if err != nil {
 				return err
 			}
-			appURL = pg.AppURL()
+			appURL, ownerURL = pg.AppURL(), pg.OwnerURL()
 		case errors.Is(err, embedded.ErrLocked):
 			pg, err := embedded.Attach(ctx, pgDir)
 			if err != nil {
 				return err
 			}
-			appURL = pg.AppURL()
+			appURL, ownerURL = pg.AppURL(), pg.OwnerURL()
 		default:
 			return err
 		}
@@ -309,5 +342,12 @@ func withAppDB(ctx context.Context, o adminOptions, log *slog.Logger, fn func(*p
 	if err := db.CheckAppRole(ctx, pool); err != nil {
 		return err
 	}
-	return fn(pool)
+	var own *pgxpool.Pool
+	if owner {
+		if own, err = db.Open(ctx, ownerURL, 2); err != nil {
+			return err
+		}
+		defer own.Close()
+	}
+	return fn(pool, own)
 }

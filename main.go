@@ -52,6 +52,9 @@ var commands = []struct{ name, help string }{
 	{"assistant eval", "run the Demo Studio tasks against a model (--model, --model-endpoint, --model-url) and report success, steps, tokens and time per task"},
 	{"crawl validate", "check crawl job files (docs/CRAWL.md): every bad field's path and line; exit 1 on any error"},
 	{"crawl apply|run|list|runs|items|pause|resume|egress", "crawl jobs of a tenant: store versions, queue runs, read items (CSV, JSON Lines), set the egress allowlist; see crawl --help"},
+	{"limit show|set", "per tenant and global limits (browser concurrency, run time per task, retries, crawl pages per day, an assistant's model spend per day); set is audited; see limit --help"},
+	{"retention show|set|run", "how long each kind of a tenant's data is kept (agent events, screenshots, claim archive, crawl data, alarms, audit entries behind a checkpoint); set is audited; run prunes now; see retention --help"},
+	{"privacy export|erase", "export a tenant's or a person's data as JSON Lines, or erase it (--tenant SLUG | --email ADDRESS, --confirm); audited; see privacy --help"},
 	{"fetch", "fetch one URL through the egress (SSRF) guard and print the status, final URL and size, or the refusal and its reason (exit 3): fetch URL [--allow CIDR]… [--port N]…"},
 	{"unit-failed", "tell the journal and a signed webhook (FLEET_NOTIFY_WEBHOOK) that a systemd unit failed for good (--unit NAME); run by fleetwright-failure@.service"},
 	{"loadtest", "run the whole fleet on this machine under a chaos schedule and report duplicates, lost and phantom claims, leaks and latency (--workers, --duration, --rate, --chaos, --json; see loadtest --help)"},
@@ -112,6 +115,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if cmd == "fetch" {
 		return runFetch(args, stdout, stderr)
+	}
+	if cmd == "limit" {
+		return runLimit(args, stdout, stderr)
+	}
+	if cmd == "retention" {
+		return runRetention(args, stdout, stderr)
+	}
+	if cmd == "privacy" {
+		return runPrivacy(args, stdout, stderr)
 	}
 	if cmd == "unit-failed" {
 		return runUnitFailed(args, stdout, stderr)

@@ -415,6 +415,22 @@ func TestUpstreamFromData(t *testing.T) {
 	require.True(t, ok, "%v", err)
 	require.Contains(t, err.Error(), "407")
 
+	// A SOCKS5 proxy of a pool is checked the same way.
+	var seen []string
+	var smu sync.Mutex
+	sln := socks5(t, fn, &seen, &smu)
+	err = get("socks5://fleet:s3cret@"+sln.Addr().String(), egress.Policy{})
+	require.ErrorIs(t, err, egress.ErrRefused)
+	_, ok = egress.AsUpstreamError(err)
+	require.True(t, ok)
+	smu.Lock()
+	require.Empty(t, seen, "the refused SOCKS5 proxy was never asked")
+	smu.Unlock()
+	require.NoError(t, get("socks5://fleet:s3cret@"+sln.Addr().String(), egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}))
+	smu.Lock()
+	require.Equal(t, []string{"93.184.216.34:80"}, seen)
+	smu.Unlock()
+
 	// A proxy that is down; and Chromium's path: the guard proxy answers
 	// 502 naming the upstream's failure.
 	dead, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,4 +34,23 @@ func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
 	bs := float64(st.Bsize)
 	ch <- prometheus.MustNewConstMetric(diskFreeDesc, prometheus.GaugeValue, float64(st.Bavail)*bs, c.dir)
 	ch <- prometheus.MustNewConstMetric(diskSizeDesc, prometheus.GaugeValue, float64(st.Blocks)*bs, c.dir)
+}
+
+// DiskCheck is a readiness check that fails while the filesystem holding
+// dir is (nearly) full: under 64 MiB free, or under 2 % of a smaller
+// filesystem. Postgres then refuses writes (a clear error per statement,
+// nothing half-written); the panel stays up and says why it is not ready,
+// and becomes ready again by itself once space returns.
+func DiskCheck(dir string) Check {
+	return Check{Name: "disk", Critical: true, Probe: func(context.Context) error {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return fmt.Errorf("server: disk: %w", err)
+		}
+		free, size := st.Bavail*uint64(st.Bsize), st.Blocks*uint64(st.Bsize)
+		if free < min(64<<20, size/50) {
+			return fmt.Errorf("server: the data dir's filesystem (%s) is full: %d bytes free of %d; free space (Postgres refuses writes until then)", dir, free, size)
+		}
+		return nil
+	}}
 }

@@ -227,6 +227,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 		return r
 	}
 
+	grants := env.Claims.Grants(env.Spec.Name)
 	every := settingMS(env.Spec, SettingKeepWarmMS, time.Second)
 	tick := env.Clock.After(every)
 	for {
@@ -239,6 +240,14 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			res, acted := actOn(ctx, h, env, ps.ad, o, book)
 			if acted && res.Captcha {
 				return env.needsPerson(ctx, "the booking of "+o.Job.Key+" was answered with a captcha", ps.screenshot())
+			}
+			if !acted || !res.SignedOut {
+				continue
+			}
+		case g := <-grants:
+			res, acted := actOnGrant(ctx, h, env, ps.ad, g, book)
+			if acted && res.Captcha {
+				return env.needsPerson(ctx, "the booking of "+g.Job.Key+" was answered with a captcha", ps.screenshot())
 			}
 			if !acted || !res.SignedOut {
 				continue

@@ -47,7 +47,8 @@ type claimPanel struct {
 	welcome  wire.Welcome
 	leaseFor time.Duration
 	hardMS   int64
-	noAck    atomic.Bool // do not acknowledge outcomes (the agent must keep them)
+	noAck    atomic.Bool  // do not acknowledge outcomes (the agent must keep them)
+	gates    atomic.Int64 // gate checks answered
 
 	detected chan wire.Sighting
 	outcomes chan wire.Outcome
@@ -237,6 +238,18 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 			ack.Reason = wire.ReasonInternal
 		}
 		_ = p.send(claim.Disposition(ack))
+	case wire.GateCheck:
+		// The real gate: the store's read-only fenced check.
+		res := wire.GateResult{RequestID: m.RequestID, Key: m.Key, OK: true}
+		if err := p.claims.GateCheck(ctx, p.tenant, m.Key, m.Token, p.holder(m.Worker), 100*time.Millisecond); err != nil {
+			var r *claim.Refusal
+			res.OK, res.Reason = false, wire.ReasonInternal
+			if errors.As(err, &r) {
+				res.Reason = r.Reason
+			}
+		}
+		p.gates.Add(1)
+		_ = p.send(res)
 	case wire.Event:
 		p.events <- m
 	case wire.LookupResult:

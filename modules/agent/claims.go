@@ -42,6 +42,8 @@ type Claims struct {
 	keysWarned map[string]time.Time
 	// retries counts the transient answers per queued report (backoff).
 	retries map[string]int
+	// grants holds each actor's grants waiting for it (grants.go).
+	grants map[string]chan wire.LeaseGrant
 }
 
 // speaks reports whether the live connection speaks protocol v or later.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +36,7 @@ type e2e struct {
 	eng    *claim.Engine
 	tenant string
 	agents map[string]*testenv.Proc // agent id → its process
+	panel  string                   // the panel's URL
 }
 
 // startFleet starts the board, one agent per worker kind, the panel and the
@@ -89,6 +92,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(t),
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
+	e.panel = base
 	for agentID, tok := range tokens {
 		state := filepath.Join(dir, "agent-"+agentID)
 		require.NoError(t, os.MkdirAll(state, 0o700))
@@ -190,6 +194,13 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 	require.NoError(t, d.Owner.QueryRow(ctx, `SELECT count(*) FROM claims WHERE state = 'CONFIRMED' AND (published_at IS NULL
 		OR seen_at IS NULL OR queued_at IS NULL OR leased_at IS NULL OR act_sent_at IS NULL OR confirmed_at IS NULL)`).Scan(&missingStage))
 	require.Zero(t, missingStage, "every confirmed claim has all six timestamps")
+
+	// Completions per worker kind and outcome reach the panel's metrics.
+	res, err := http.Get(e.panel + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Regexp(t, `fleet_worker_completions_total\{kind="(http_actor|actor)",outcome="confirmed"\} [1-9]`, string(body))
 }
 
 // TestKilledMidActionIsReconciledToMatchTheBoard: with the board holding

@@ -38,6 +38,7 @@ func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) erro
 	unregister := env.Sessions.Register(env.Spec.Name, sess.Bookings)
 	defer unregister()
 
+	grants := env.Claims.Grants(env.Spec.Name)
 	warm := settingMS(env.Spec, SettingKeepWarmMS, 20*time.Second)
 	tick := env.Clock.After(warm)
 	for {
@@ -51,19 +52,31 @@ func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) erro
 			}
 		case o := <-env.Claims.Offers():
 			res, acted := actOn(ctx, h, env, ad, o, sess.Book)
-			if !acted {
-				continue
+			if err := a.after(ctx, o.Job.Key, res, acted); err != nil {
+				return err
 			}
-			if res.Captcha {
-				return env.needsPerson(ctx, "the booking of "+o.Job.Key+" was answered with a captcha", "")
-			}
-			if res.SignedOut {
-				if err := a.signIn(ctx, "the session expired"); err != nil {
-					return err
-				}
+		case g := <-grants:
+			res, acted := actOnGrant(ctx, h, env, ad, g, sess.Book)
+			if err := a.after(ctx, g.Job.Key, res, acted); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// after handles what a booking's answer asks of the actor: a captcha needs
+// a person, an ended session a new sign-in.
+func (a *httpActor) after(ctx context.Context, key string, res platform.BookResult, acted bool) error {
+	if !acted {
+		return nil
+	}
+	if res.Captcha {
+		return a.env.needsPerson(ctx, "the booking of "+key+" was answered with a captcha", "")
+	}
+	if res.SignedOut {
+		return a.signIn(ctx, "the session expired")
+	}
+	return nil
 }
 
 type httpActor struct {

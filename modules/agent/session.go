@@ -209,6 +209,12 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.ActResult:
 		s.a.claims.deliver(m.RequestID, m)
 		return false, nil
+	case wire.LeaseGrant:
+		s.a.claims.grant(s.rctx, m)
+		return false, nil
+	case wire.GateResult:
+		s.a.claims.deliver(m.RequestID, m)
+		return false, nil
 	case wire.OutcomeAck:
 		s.a.claims.ack(ctx, m)
 		return false, nil

@@ -137,7 +137,16 @@ func sealChain(ctx context.Context, tx pgx.Tx, chain string) (Head, error) {
 	}
 	head := Head{Chain: chain}
 	err := tx.QueryRow(ctx, `SELECT seq, hash FROM audit_seals WHERE chain = $1 ORDER BY seq DESC LIMIT 1`, chain).Scan(&head.Seq, &head.Hash)
-	if err != nil && err != pgx.ErrNoRows {
+	if err == pgx.ErrNoRows {
+		// Every seal may have been dropped behind a checkpoint: the chain
+		// goes on from it.
+		cp, cerr := latestCheckpoint(ctx, tx, chain)
+		if cerr != nil {
+			return Head{}, cerr
+		}
+		head.Seq, head.Hash, err = cp.Seq, cp.Hash, nil
+	}
+	if err != nil {
 		return Head{}, fmt.Errorf("audit: seal: head: %w", err)
 	}
 	rows, err := tx.Query(ctx, `SELECT `+recordColumns+` FROM audit_log

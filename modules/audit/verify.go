@@ -17,6 +17,9 @@ type Report struct {
 	Entries  int
 	Unsealed int
 	Anchors  int
+	// Checkpoints is how many chains stand on a checkpoint (their older
+	// entries were dropped by retention).
+	Checkpoints int
 	// Problems are the findings; none means the log is intact.
 	Problems []string
 }
@@ -113,11 +116,36 @@ func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorL
 		return fmt.Errorf("audit: verify: %w", err)
 	}
 	rep.Entries += len(entries)
+	// Entries dropped behind a checkpoint are gone on purpose: the chain is
+	// checked from the newest checkpoint's hash, which must match its seal
+	// while that seal is kept and must be anchored.
+	cp, err := latestCheckpoint(ctx, tx, chain)
+	if err != nil {
+		return err
+	}
 	var prev []byte
 	hashAt := map[int64][]byte{}
 	sealed := map[int64]bool{}
 	want := int64(1)
+	if cp.Seq > 0 {
+		rep.Checkpoints++
+		anchored := false
+		for _, a := range anchors {
+			anchored = anchored || a.seq == cp.Seq && bytes.Equal(a.hash, cp.Hash)
+		}
+		if !anchored {
+			problem("checkpoint at seq %d is not anchored (its anchor write failed, or the anchor file lost it)", cp.Seq)
+		}
+		if len(seals) == 0 || seals[0].seq > cp.Seq {
+			// Dropped up to the checkpoint: go on from it.
+			prev, want = cp.Hash, cp.Seq+1
+			hashAt[cp.Seq] = cp.Hash
+		}
+	}
 	for _, s := range seals {
+		if cp.Seq > 0 && s.seq == cp.Seq && !bytes.Equal(s.hash, cp.Hash) {
+			problem("seal %d differs from its checkpoint: the chain was rewritten", s.seq)
+		}
 		if s.seq != want {
 			problem("seals %d to %d are missing (entries deleted from the middle)", want, s.seq-1)
 		}
@@ -138,6 +166,8 @@ func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorL
 	last := want - 1
 	for _, a := range anchors {
 		switch h, ok := hashAt[a.seq]; {
+		case a.seq < cp.Seq && !ok:
+			// Dropped behind the checkpoint.
 		case a.seq > last:
 			problem("ends at seq %d but seq %d was anchored (anchor line %d): entries deleted at the tail", last, a.seq, a.line)
 		case !ok:

@@ -82,10 +82,19 @@ type Config struct {
 	// Dispatch handles a queued entry (filters, record, offer). An error
 	// leaves the entry pending, to be reclaimed and retried.
 	Dispatch func(ctx context.Context, cell string, e Entry) error
-	// Deliver receives every offer published for a tenant, on every replica.
-	Deliver func(ctx context.Context, tenant string, o wire.Offer)
-	Clock   clock.Clock
-	Log     *slog.Logger
+	// DispatchBatch, when set, handles every entry one read returned (at
+	// most ReadBatch) at once and answers one error per entry; Dispatch is
+	// then not called.
+	DispatchBatch func(ctx context.Context, cell string, es []Entry) []error
+	// Deliver receives every offer published for a tenant, on every replica,
+	// with when and how it was published (each offer is timed from its own
+	// start: a re-offer from its re-offer, not from the job's first queueing).
+	Deliver func(ctx context.Context, tenant string, o wire.Offer, meta OfferMeta)
+	// Grant receives every grant addressed to this replica (assign mode), on
+	// every cell it runs: the chosen actor's connection is held here.
+	Grant func(ctx context.Context, body []byte)
+	Clock clock.Clock
+	Log   *slog.Logger
 	// Registerer receives the cells' metrics (nil: none).
 	Registerer prometheus.Registerer
 }
@@ -440,16 +449,33 @@ func (m *Manager) Detect(ctx context.Context, e Entry) (queued bool, cellName st
 	return true, c.name, nil
 }
 
+// OfferMeta is how an offer was published: when (the publishing replica's
+// clock) and whether it is a re-offer (again: the leader's sweep, an
+// approved review) rather than the dispatcher's first offer of the job.
+type OfferMeta struct {
+	PublishedAt time.Time
+	Again       bool
+}
+
+// published is an offer as it travels over a cell's pub/sub. The extra
+// fields are the panel's own; a replica of an older build decodes the offer
+// and ignores them, and the gateway sends agents only the offer.
+type published struct {
+	wire.Offer
+	PublishedAt time.Time `json:"fw_published_at,omitzero"`
+	Again       bool      `json:"fw_again,omitempty"`
+}
+
 // Publish sends an offer to every replica's subscribers of the tenant, on
-// the cell's Redis.
-func (m *Manager) Publish(ctx context.Context, cellName, tenant string, o wire.Offer) error {
+// the cell's Redis. again marks a re-offer (timed from its own start).
+func (m *Manager) Publish(ctx context.Context, cellName, tenant string, o wire.Offer, again bool) error {
 	m.mu.RLock()
 	c := m.cells[cellName]
 	m.mu.RUnlock()
 	if c == nil {
 		return fmt.Errorf("cell: %s is not running", cellName)
 	}
-	body, err := json.Marshal(o)
+	body, err := json.Marshal(published{Offer: o, PublishedAt: m.cfg.Clock.Now(), Again: again})
 	if err != nil {
 		return fmt.Errorf("cell: encode offer: %w", err)
 	}
@@ -548,6 +574,8 @@ func (m *Manager) reclaim(ctx context.Context, c *cell) error {
 }
 
 func (m *Manager) handle(ctx context.Context, c *cell, msgs []redis.XMessage) {
+	var ids []string
+	var entries []Entry
 	for _, msg := range msgs {
 		raw, _ := msg.Values[entryField].(string)
 		var e Entry
@@ -573,17 +601,35 @@ func (m *Manager) handle(ctx context.Context, c *cell, msgs []redis.XMessage) {
 				continue
 			}
 		}
-		if m.cfg.Dispatch != nil {
-			if err := m.cfg.Dispatch(ctx, c.name, e); err != nil {
-				// Left pending: XAUTOCLAIM retries it after ReclaimIdle.
-				m.m.dispatch.WithLabelValues(c.name, "error").Inc()
-				m.log.Warn("dispatch failed; entry left pending", "cell", c.name, "tenant", e.Tenant, "job", e.Job.Key, "err", err)
-				continue
-			}
+		ids, entries = append(ids, msg.ID), append(entries, e)
+	}
+	if len(entries) == 0 {
+		return
+	}
+	var errs []error
+	switch {
+	case m.cfg.DispatchBatch != nil:
+		// Everything one read returned at once (under load the stream fills
+		// while the previous batch commits: batches grow with the load).
+		errs = m.cfg.DispatchBatch(ctx, c.name, entries)
+	case m.cfg.Dispatch != nil:
+		errs = make([]error, len(entries))
+		for i, e := range entries {
+			errs[i] = m.cfg.Dispatch(ctx, c.name, e)
+		}
+	}
+	var done []string
+	for i, e := range entries {
+		if i < len(errs) && errs[i] != nil {
+			// Left pending: XAUTOCLAIM retries it after ReclaimIdle.
+			m.m.dispatch.WithLabelValues(c.name, "error").Inc()
+			m.log.Warn("dispatch failed; entry left pending", "cell", c.name, "tenant", e.Tenant, "job", e.Job.Key, "err", errs[i])
+			continue
 		}
 		m.m.dispatch.WithLabelValues(c.name, "ok").Inc()
-		m.ack(ctx, c, msg.ID)
+		done = append(done, ids[i])
 	}
+	m.ack(ctx, c, done...)
 }
 
 // bookable reports whether an entry's load can still be booked: before its
@@ -604,8 +650,11 @@ func (m *Manager) forget(ctx context.Context, c *cell, e Entry) {
 	}
 }
 
-func (m *Manager) ack(ctx context.Context, c *cell, id string) {
-	if err := c.rdb.XAck(ctx, streamKey, group, id).Err(); err != nil && ctx.Err() == nil {
+func (m *Manager) ack(ctx context.Context, c *cell, ids ...string) {
+	if len(ids) == 0 {
+		return
+	}
+	if err := c.rdb.XAck(ctx, streamKey, group, ids...).Err(); err != nil && ctx.Err() == nil {
 		m.fail(c, err)
 	}
 }
@@ -614,7 +663,9 @@ func (m *Manager) ack(ctx context.Context, c *cell, id string) {
 // go-redis re-subscribes after a lost connection; offers published meanwhile
 // are lost, which costs a chance and never a duplicate.
 func (m *Manager) subscribeLoop(ctx context.Context, c *cell) {
-	ps := c.rdb.PSubscribe(ctx, offerPattern)
+	// The grant channel is a pattern without a wildcard: one subscription
+	// carries both.
+	ps := c.rdb.PSubscribe(ctx, offerPattern, grantPrefix+m.cfg.Consumer)
 	defer ps.Close()
 	ch := ps.Channel(redis.WithChannelHealthCheckInterval(time.Second))
 	for {
@@ -625,14 +676,20 @@ func (m *Manager) subscribeLoop(ctx context.Context, c *cell) {
 			if !ok {
 				return
 			}
+			if m.isGrant(msg.Channel) {
+				if m.cfg.Grant != nil {
+					m.cfg.Grant(ctx, []byte(msg.Payload))
+				}
+				continue
+			}
 			tenant := strings.TrimPrefix(msg.Channel, offerPrefix)
-			var o wire.Offer
-			if err := json.Unmarshal([]byte(msg.Payload), &o); err != nil {
+			var p published
+			if err := json.Unmarshal([]byte(msg.Payload), &p); err != nil {
 				m.log.Warn("dropping a malformed offer", "cell", c.name)
 				continue
 			}
 			if m.cfg.Deliver != nil {
-				m.cfg.Deliver(ctx, tenant, o)
+				m.cfg.Deliver(ctx, tenant, p.Offer, OfferMeta{PublishedAt: p.PublishedAt, Again: p.Again})
 			}
 		}
 	}

@@ -78,6 +78,9 @@ type Config struct {
 	// doubt (default 2s); later waits are half the time watched so far, at
 	// most WatchMaxInterval (WatchDelay).
 	WatchFirst time.Duration
+	// GateMargin: a granted action's gate check refuses from this long
+	// before its send-by time, by the database clock (default 100ms).
+	GateMargin time.Duration
 	Clock      clock.Clock
 	Log        *slog.Logger
 	Registerer prometheus.Registerer
@@ -102,6 +105,7 @@ func (c *Config) defaults() {
 	def(&c.ArchiveMargin, 10*time.Minute)
 	def(&c.StrandedAfter, 5*time.Minute)
 	def(&c.WatchFirst, 2*time.Second)
+	def(&c.GateMargin, 100*time.Millisecond)
 	if c.Grace <= 0 {
 		c.Grace = c.MinGrace()
 	}
@@ -149,6 +153,13 @@ type Engine struct {
 	// keys caches each tenant's idempotency setting for offers (bookingkey.go).
 	kmu  sync.Mutex
 	keys map[string]cachedKeys
+
+	// modes caches each tenant's dispatch mode (dispatch.go).
+	dmu   sync.Mutex
+	modes map[string]cachedMode
+
+	// as is assignment dispatch's state (assign.go).
+	as assigner
 
 	// watchChecked: when each tenant's lost watches were last looked for.
 	smu          sync.Mutex
@@ -231,7 +242,9 @@ func (e *Engine) lookup() Lookuper { e.mu.RLock(); defer e.mu.RUnlock(); return 
 // CellConfig fills a cell.Config's Dispatch and Deliver with the engine's.
 func (e *Engine) CellConfig(c cell.Config) cell.Config {
 	c.Dispatch = e.Dispatch
+	c.DispatchBatch = e.DispatchBatch
 	c.Deliver = e.Deliver
+	c.Grant = e.DeliverGrant
 	return c
 }
 
@@ -300,7 +313,12 @@ func (e *Engine) forgetFilters(tenant string) {
 // Dispatch handles one queued entry of a cell's stream: the tenant's filters
 // decide, the panel records the job (the facts the lease checks again), and
 // the offer goes to every replica at once over the cell's pub/sub.
+//
+// In the tenant's assign mode the dispatcher instead chooses one warm actor
+// and records the job and grants it in one transaction (assign.go); with no
+// warm actor known it offers the job as in race mode.
 func (e *Engine) Dispatch(ctx context.Context, cellName string, en cell.Entry) error {
+	t0 := time.Now()
 	filters, err := e.tenantFilters(ctx, en.Tenant)
 	if err != nil {
 		return err
@@ -309,31 +327,56 @@ func (e *Engine) Dispatch(ctx context.Context, cellName string, en cell.Entry) e
 		e.m.dispatched.WithLabelValues("filtered").Inc()
 		return nil
 	}
-	if _, err := e.store.RecordJob(ctx, QueuedJob{Tenant: en.Tenant, Cell: cellName, Job: en.Job, SeenAt: en.SeenAt,
-		QueuedAt: en.QueuedAt, ClockErrorMS: en.ClockErrorMS, Agent: en.Agent, Worker: en.Worker}); err != nil {
+	q := QueuedJob{Tenant: en.Tenant, Cell: cellName, Job: en.Job, SeenAt: en.SeenAt,
+		QueuedAt: en.QueuedAt, ClockErrorMS: en.ClockErrorMS, Agent: en.Agent, Worker: en.Worker}
+	if e.dispatchMode(ctx, en.Tenant) == DispatchAssign {
+		done, err := e.assign(ctx, q, t0, PanelStepGrant, nil)
+		if err != nil {
+			return err
+		}
+		if done {
+			e.m.dispatched.WithLabelValues("granted").Inc()
+			return nil
+		}
+	}
+	if _, err := e.store.RecordJob(ctx, q); err != nil {
 		return err
 	}
 	e.m.dispatched.WithLabelValues("offered").Inc()
-	return e.publish(ctx, cellName, en.Tenant, en.Job, en.SeenAt, en.QueuedAt)
+	return e.publish(ctx, cellName, en.Tenant, en.Job, en.SeenAt, en.QueuedAt, false)
 }
 
-func (e *Engine) publish(ctx context.Context, cellName, tenant string, j wire.Job, seen, queued time.Time) error {
+// publish sends an offer over the cell's pub/sub; again marks a re-offer
+// (the sweep's, an approved review's), which is timed from its own start.
+func (e *Engine) publish(ctx context.Context, cellName, tenant string, j wire.Job, seen, queued time.Time, again bool) error {
 	cells := e.Cells()
 	if cells == nil {
 		return errors.New("claim: no cells attached")
 	}
 	return cells.Publish(ctx, cellName, tenant, wire.Offer{OfferID: newID(), Job: j, SeenAt: seen, QueuedAt: queued, Cell: cellName,
-		KeysHonoured: e.keysHonoured(ctx, tenant)})
+		KeysHonoured: e.keysHonoured(ctx, tenant)}, again)
 }
 
 // Deliver hands an offer from the cell's pub/sub to this replica's actors.
-func (e *Engine) Deliver(ctx context.Context, tenant string, o wire.Offer) {
+// A first offer is timed from the job's queueing (stream, dispatcher,
+// pub/sub: queued_offered); a re-offer from its own publication (reoffered),
+// never from the job's first queueing, which would read as seconds of
+// queue that never happened.
+func (e *Engine) Deliver(ctx context.Context, tenant string, o wire.Offer, meta cell.OfferMeta) {
 	e.mu.RLock()
 	off := e.offerer
 	e.mu.RUnlock()
-	if !o.QueuedAt.IsZero() {
-		// Both ends are panel clocks (the replica that queued, this one):
-		// on one host the same clock, across hosts their NTP error.
+	// Both ends are panel clocks (the replica that queued or published,
+	// this one): on one host the same clock, across hosts their NTP error.
+	switch {
+	case meta.Again && !meta.PublishedAt.IsZero():
+		if d := e.cfg.Clock.Since(meta.PublishedAt); d >= 0 {
+			e.m.panel.WithLabelValues(PanelStepReoffered).Observe(d.Seconds())
+		}
+	case meta.Again:
+		// A re-offer from a replica that does not say when it published:
+		// not timed (its queued_at is the job's first queueing).
+	case !o.QueuedAt.IsZero():
 		if d := e.cfg.Clock.Since(o.QueuedAt); d >= 0 {
 			e.m.panel.WithLabelValues(PanelStepQueuedOffered).Observe(d.Seconds())
 		}
@@ -535,8 +578,10 @@ func (e *Engine) Outcome(ctx context.Context, tenant string, h Holder, o wire.Ou
 			e.observe(ctx, tenant, o.Key)
 		}
 		if out.Result == NotSent {
-			// Released at once: another actor may lease it right away.
+			// Released at once: another actor may lease it right away, and
+			// in assign mode another actor is granted it now.
 			e.forgetFlight(tenant+"\x00"+o.Key, nil)
+			go e.regrant(context.WithoutCancel(ctx), tenant, o.Key, map[string]bool{h.Agent + "/" + h.Worker: true})
 		}
 	case errors.As(err, &r) && r.Reason == ReasonWrongState:
 		// Token and holder match: the claim already moved on (a repeated
@@ -591,7 +636,7 @@ func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string,
 	}
 	q, err := e.store.JobRecord(ctx, tenant, key)
 	if err == nil {
-		err = e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt)
+		err = e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt, true)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNotOffered, err)

@@ -33,24 +33,13 @@ type QueuedJob struct {
 // cannot change the facts the filters are checked against). It reports
 // whether this call wrote it.
 func (s *Store) RecordJob(ctx context.Context, q QueuedJob) (bool, error) {
-	j := q.Job
-	var agent any
-	if q.Agent != "" {
-		agent = q.Agent
-	}
 	var key string
-	err := db.TenantRow(ctx, s.pool, q.Tenant, `
-		INSERT INTO claim_jobs (tenant_id, job_key, cell, origin, destination, equipment, weight_lbs, miles, rate_cents,
-		                        published_at, expires_at, seen_at, queued_at, clock_error_ms, seen_by_agent, seen_by_worker)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-		ON CONFLICT DO NOTHING RETURNING job_key`,
-		q.Tenant, j.Key, q.Cell, j.Origin, j.Destination, j.Equipment, j.WeightLbs, j.Miles, j.RateCents,
-		nullTime(j.PublishedAt), nullTime(j.ExpiresAt), q.SeenAt, q.QueuedAt, q.ClockErrorMS, agent, q.Worker).Scan(&key)
+	err := db.TenantRow(ctx, s.pool, q.Tenant, recordJobSQL, recordJobArgs(q)...).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("claim: record job %s: %w", j.Key, err)
+		return false, fmt.Errorf("claim: record job %s: %w", q.Job.Key, err)
 	}
 	return true, nil
 }

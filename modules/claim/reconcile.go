@@ -210,6 +210,7 @@ func (e *Engine) reoffer(ctx context.Context, tenant string) error {
 		return err
 	}
 	looked := 0
+	assign := len(jobs) > 0 && e.dispatchMode(ctx, tenant) == DispatchAssign
 	for _, j := range jobs {
 		if j.AfterUnknown {
 			// Released after an UNKNOWN where the platform honours
@@ -223,7 +224,19 @@ func (e *Engine) reoffer(ctx context.Context, tenant string) error {
 				continue
 			}
 		}
-		if err := e.publish(ctx, j.Cell, tenant, j.Job, j.SeenAt, j.QueuedAt); err != nil {
+		if assign {
+			// Assign mode: granted again, timed from this re-grant's start;
+			// offered only when no warm actor is known.
+			done, err := e.assign(ctx, j, time.Now(), PanelStepRegrant, nil)
+			if err != nil {
+				return nil
+			}
+			if done {
+				e.m.dispatched.WithLabelValues("regranted").Inc()
+				continue
+			}
+		}
+		if err := e.publish(ctx, j.Cell, tenant, j.Job, j.SeenAt, j.QueuedAt, true); err != nil {
 			// A failing cell: its tenants wait for it to come back.
 			return nil
 		}

@@ -25,13 +25,15 @@ type Tenant struct {
 	Paused           bool
 	DailyBookingCap  *int
 	ReviewAboveCents *int64
+	// DispatchMode is DispatchRace or DispatchAssign (dispatch.go).
+	DispatchMode string
 }
 
-const tenantCols = `id::text, slug, name, cell, paused, daily_booking_cap, review_above_cents`
+const tenantCols = `id::text, slug, name, cell, paused, daily_booking_cap, review_above_cents, dispatch_mode`
 
 func scanTenant(r pgx.CollectableRow) (Tenant, error) {
 	var t Tenant
-	err := r.Scan(&t.ID, &t.Slug, &t.Name, &t.Cell, &t.Paused, &t.DailyBookingCap, &t.ReviewAboveCents)
+	err := r.Scan(&t.ID, &t.Slug, &t.Name, &t.Cell, &t.Paused, &t.DailyBookingCap, &t.ReviewAboveCents, &t.DispatchMode)
 	return t, err
 }
 

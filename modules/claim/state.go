@@ -28,14 +28,16 @@ const (
 const GivenUp = "GIVEN_UP"
 
 // Transitions lists every legal move of a claim row. The database enforces
-// the same table in claim_transition_check() (migrations/0050_claim_attempts.sql);
+// the same table in claim_transition_check() (migrations/0101_grant.sql);
 // a test checks that the two agree pair by pair. NOT_SENT is an outcome, not
 // a resting state: it leaves the claim RELEASED at once. LEASED → CONFIRMED
 // and RELEASED → CONFIRMED are late evidence: an earlier attempt's booking
 // applied to the job's claim, always with a fresh token (FreshToken).
+// RELEASED → ACTING is a re-grant in assign mode (a fresh token too); an
+// expired LEASED re-granted is LEASED → ACTING with a new token.
 var Transitions = map[State][]State{
 	Leased:   {Leased, Acting, Released, Confirmed},
-	Released: {Leased, Confirmed},
+	Released: {Leased, Acting, Confirmed},
 	Acting:   {Confirmed, Taken, Released, Unknown},
 	Unknown:  {Confirmed, Released},
 }
@@ -44,13 +46,18 @@ var Transitions = map[State][]State{
 // re-lease, and late evidence taking the job from a lease that never acted
 // (so that holder's act statement fails) or from a release.
 func FreshToken(from, to State) bool {
-	return (from == Leased && to == Leased) || ((from == Leased || from == Released) && to == Confirmed)
+	return (from == Leased && to == Leased) || ((from == Leased || from == Released) && to == Confirmed) ||
+		(from == Released && to == Acting)
 }
 
+// Initial are the states a claim row may start in: LEASED (a lease), or
+// ACTING (a grant in assign mode, written with its start and deadline).
+var Initial = []State{Leased, Acting}
+
 // LegalWith is Legal for a row whose last outcome is outcome: a release
-// given up after an UNKNOWN is never leased again.
+// given up after an UNKNOWN is never leased or granted again.
 func LegalWith(from, to State, outcome string) bool {
-	if from == Released && to == Leased && outcome == GivenUp {
+	if from == Released && (to == Leased || to == Acting) && outcome == GivenUp {
 		return false
 	}
 	return Legal(from, to)

@@ -3,6 +3,7 @@ package claim_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -246,13 +247,33 @@ func TestTransitionsMatchTrigger(t *testing.T) {
 			b.tenant, key)
 		require.Equalf(t, claim.LegalWith(claim.Released, claim.Leased, outcome), err == nil, "RELEASED (%s) → LEASED: database said %v", outcome, err)
 	}
-	// Only LEASED may be inserted.
+	// A grant is never made from a release given up, nor without a fresh token.
+	for _, outcome := range []string{"RELEASED", claim.GivenUp} {
+		key := "R-" + outcome
+		_, err := super.Exec(ctx, `INSERT INTO claims (tenant_id, target_job_key, state, token, holder_agent, holder_worker,
+			operation_id, lease_expires_at, leased_at) VALUES ($1, $2, 'LEASED', nextval('claim_token'), $3, 'w',
+			gen_random_uuid(), now() + interval '1 minute', now())`, b.tenant, key, uuid())
+		require.NoError(t, err)
+		_, err = super.Exec(ctx, `UPDATE claims SET state = 'RELEASED', outcome = $3 WHERE tenant_id = $1 AND target_job_key = $2`,
+			b.tenant, key, outcome)
+		require.NoError(t, err)
+		_, err = super.Exec(ctx, `UPDATE claims SET state = 'ACTING' WHERE tenant_id = $1 AND target_job_key = $2`, b.tenant, key)
+		require.ErrorContains(t, err, "claim:", "RELEASED (%s) → ACTING with the same token", outcome)
+		_, err = super.Exec(ctx, `UPDATE claims SET state = 'ACTING', token = nextval('claim_token') WHERE tenant_id = $1 AND target_job_key = $2`,
+			b.tenant, key)
+		require.Equalf(t, claim.LegalWith(claim.Released, claim.Acting, outcome), err == nil, "RELEASED (%s) → ACTING: database said %v", outcome, err)
+	}
+	// A row starts LEASED, or ACTING (a grant) with its start and deadline.
 	for _, s := range claim.Stored {
 		_, err := super.Exec(ctx, `INSERT INTO claims (tenant_id, target_job_key, state, token, holder_agent, holder_worker,
-			operation_id, lease_expires_at, leased_at) VALUES ($1, $2, $3, nextval('claim_token'), $4, 'w',
-			gen_random_uuid(), now(), now())`, b.tenant, "I-"+string(s), string(s), uuid())
-		require.Equal(t, s == claim.Leased, err == nil, "insert as %s", s)
+			operation_id, lease_expires_at, leased_at, act_started_at, act_deadline) VALUES ($1, $2, $3, nextval('claim_token'), $4, 'w',
+			gen_random_uuid(), now(), now(), now(), now() + interval '1 minute')`, b.tenant, "I-"+string(s), string(s), uuid())
+		require.Equal(t, slices.Contains(claim.Initial, s), err == nil, "insert as %s: %v", s, err)
 	}
+	_, err = super.Exec(ctx, `INSERT INTO claims (tenant_id, target_job_key, state, token, holder_agent, holder_worker,
+		operation_id, lease_expires_at, leased_at) VALUES ($1, 'I-ACTING-bare', 'ACTING', nextval('claim_token'), $2, 'w',
+		gen_random_uuid(), now(), now())`, b.tenant, uuid())
+	require.ErrorContains(t, err, "illegal transition", "a grant without its start and deadline")
 	// Tokens never go backwards.
 	_, err = super.Exec(ctx, `UPDATE claims SET token = token - 1 WHERE tenant_id = $1 AND target_job_key = 'I-LEASED'`, b.tenant)
 	require.ErrorContains(t, err, "backwards")

@@ -58,6 +58,7 @@ func Mount(r chi.Router, d WebDeps) {
 	post("/t/{tenant}/claims/filters/delete", auth.FleetSteer, w.deleteFilter)
 	post("/t/{tenant}/claims/reviews", auth.FleetSteer, w.decide)
 	post("/t/{tenant}/claims/platforms", auth.SettingsManage, w.platformKeys)
+	post("/t/{tenant}/claims/dispatch", auth.SettingsManage, w.dispatchModeForm)
 
 	get("/admin/cells", auth.CellsManage, w.cellsPage)
 	post("/admin/cells", auth.CellsManage, w.putCell)

@@ -359,12 +359,32 @@ alarms: {webhook: "%s/hook"}
 	}
 	require.Equal(t, "resolved", hooked()[crawl.AlarmCaptcha], "and the webhook heard that too")
 
+	// Browser mode: the solution goes into the captcha's form in the page.
+	_, _, err = r.svc.Apply(ctx, r.tenant, ops, "shop-js.yaml", []byte(fmt.Sprintf(`version: 1
+name: shop-js
+start: {urls: ["%s/shop"]}
+allowed_domains: [127.0.0.27]
+render: browser
+extract:
+  items: li.product
+  fields:
+    url: {css: a.title, attr: href, transform: [absolute_url], required: true}
+item_key: url
+politeness: {delay: 10ms, retries: 0}
+`, shop)))
+	require.NoError(t, err)
+	run = r.run(t, ctx, "shop-js")
+	require.Equal(t, "succeeded", run.State, run.Reason)
+	require.Equal(t, 3, run.Items, "the browser submitted the form with the token")
+	require.Len(t, solver.seen(), 2)
+	require.Len(t, r.audit(t, ctx, "crawl.captcha.solve"), 2)
+
 	// 4. Revoked: refused again.
 	require.NoError(t, r.svc.Store.RevokeCaptcha(ctx, r.tenant, admin))
 	require.Len(t, r.audit(t, ctx, "crawl.captcha.revoke"), 1)
 	run = r.run(t, ctx, "shop")
 	require.Equal(t, 1, run.Captchas)
-	require.Len(t, solver.seen(), 1, "no use after the revocation")
+	require.Len(t, solver.seen(), 2, "no use after the revocation")
 
 	// 5. An authorisation written behind the audit log's back counts for
 	// nothing: recorded and audited, or not at all.
@@ -377,5 +397,5 @@ alarms: {webhook: "%s/hook"}
 	require.ErrorIs(t, err, crawl.ErrCaptchaNotAuthorised)
 	run = r.run(t, ctx, "shop")
 	require.Equal(t, 1, run.Captchas)
-	require.Len(t, solver.seen(), 1)
+	require.Len(t, solver.seen(), 2)
 }

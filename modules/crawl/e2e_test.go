@@ -7,14 +7,18 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/testenv"
@@ -25,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -38,6 +43,7 @@ type crawlFleet struct {
 	d      *testenv.Database
 	tenant string
 	dir    string
+	base   string // the panel's URL
 	key    string // the panel's vault key (hex)
 	fleet  *fleet.Store
 }
@@ -71,6 +77,7 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(t),
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
+	f.base = base
 	for agentID, tok := range tokens {
 		state := filepath.Join(f.dir, "agent-"+agentID)
 		require.NoError(t, os.MkdirAll(state, 0o700))
@@ -357,5 +364,124 @@ politeness: {delay: 20ms}
 		require.NoError(t, err)
 		require.Greater(t, len(jpeg), 500, "a screenshot, not an empty image")
 		require.Equal(t, []byte{0xff, 0xd8}, jpeg[:2], "a JPEG")
+	})
+
+	// Limits (modules/limit), set through the CLI: the lowest of the job's,
+	// the tenant's and the global one stops a run with its reason, an
+	// alarm and nothing fetched past it.
+	t.Run("limits", func(t *testing.T) {
+		limitCLI := func(args ...string) string {
+			t.Helper()
+			cmd := exec.Command(f.bin, append([]string{"limit"}, args...)...)
+			cmd.Env = append(os.Environ(), "FLEET_DATABASE_URL="+f.d.OwnerURL, "FLEET_DATABASE_APP_URL="+f.d.AppURL, "FLEET_DATA_DIR="+f.dir)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(out))
+			return string(out)
+		}
+		run := func(name string) string {
+			t.Helper()
+			out, _ := f.cli("run", name, "--wait", "--timeout=3m")
+			return out
+		}
+		// A superuser reads across row-level security.
+		super, err := pgx.Connect(ctx, f.d.SuperURL)
+		require.NoError(t, err)
+		defer super.Close(ctx)
+		day := time.Now().UTC().Truncate(24 * time.Hour)
+		var today int
+		require.NoError(t, super.QueryRow(ctx, `SELECT COALESCE(sum(pages), 0)::int FROM crawl_runs WHERE tenant_id = $1 AND started_at >= $2`,
+			f.tenant, day).Scan(&today))
+		f.apply("cat-limit", fmt.Sprintf(`version: 1
+name: cat-limit
+start: {urls: ["http://127.0.0.21:%d/catalog?page=1"]}
+allowed_domains: [127.0.0.21]
+extract:
+  items: li.product
+  fields:
+    url: {css: a.title, attr: href, transform: [absolute_url], required: true}
+pagination:
+  next: {css: a.next}
+item_key: [url]
+politeness: {concurrency: 1, delay: 20ms}
+limits: {concurrency: 3}
+`, port))
+
+		// The tenant's pages per day: five pages left today.
+		out := limitCLI("set", "crawl_pages_day", strconv.Itoa(today+5), "--tenant=acme")
+		require.Contains(t, out, fmt.Sprintf("tenant acme: crawl_pages_day set to %d", today+5))
+		require.Regexp(t, fmt.Sprintf(`crawl_pages_day\s+%d\s+none\s+%d \(tenant\)`, today+5, today+5), out)
+		// limitAlarm is the summary of the tenant's open limit.reached
+		// alarm of one limit ("" when none is open).
+		limitAlarm := func(name limit.Name) string {
+			open, err := alarm.ListTenant(ctx, f.d.App, f.tenant, true, 50)
+			require.NoError(t, err)
+			for _, a := range open {
+				if a.Kind == limit.AlarmKind && a.Key == string(name) {
+					return a.Summary
+				}
+			}
+			return ""
+		}
+		out = run("cat-limit")
+		require.Contains(t, out, fmt.Sprintf("stopped (limit: crawl_pages_day %d (tenant limit)) pages 5,", today+5))
+		require.Contains(t, limitAlarm(limit.CrawlPagesPerDay), "crawl run of cat-limit stopped: limit: crawl_pages_day")
+
+		// A lower global limit applies to the tenant: nothing left today.
+		out = limitCLI("set", "crawl_pages_day", strconv.Itoa(today+2))
+		require.Contains(t, out, fmt.Sprintf("global: crawl_pages_day set to %d", today+2))
+		out = limitCLI("show", "--tenant=acme")
+		require.Regexp(t, fmt.Sprintf(`crawl_pages_day\s+%d\s+%d\s+%d \(global\)`, today+5, today+2, today+2), out)
+		out = run("cat-limit")
+		require.Contains(t, out, fmt.Sprintf("stopped (limit: crawl_pages_day %d (global limit)) pages 0,", today+2))
+		limitCLI("set", "crawl_pages_day", "none")
+		limitCLI("set", "crawl_pages_day", "none", "--tenant=acme")
+
+		// Run time per task: twenty pages 300 ms apart take longer than a
+		// second.
+		f.apply("cat-limit-slow", fmt.Sprintf(`version: 1
+name: cat-limit-slow
+start: {urls: ["http://127.0.0.22:%d/catalog?page=1"]}
+allowed_domains: [127.0.0.22]
+extract:
+  items: li.product
+  fields:
+    url: {css: a.title, attr: href, transform: [absolute_url], required: true}
+pagination:
+  next: {css: a.next}
+item_key: [url]
+politeness: {concurrency: 1, delay: 300ms, jitter: 0}
+`, port))
+		limitCLI("set", "run_time", "1s", "--tenant=acme")
+		out = run("cat-limit-slow")
+		require.Contains(t, out, "stopped (limit: run_time 1s (tenant limit))")
+		limitCLI("set", "run_time", "none", "--tenant=acme")
+
+		// No browser page load at all: a browser-mode run cannot start;
+		// one at a time, it runs.
+		limitCLI("set", "browser_concurrency", "0", "--tenant=acme")
+		out = run("cat-js")
+		require.Contains(t, out, "stopped (limit: browser_concurrency 0 (tenant limit)) pages 0,")
+		require.Contains(t, limitAlarm(limit.BrowserConcurrency), "crawl run of cat-js stopped: limit: browser_concurrency 0 (tenant limit)")
+		limitCLI("set", "browser_concurrency", "1", "--tenant=acme")
+		out = run("cat-js")
+		require.Contains(t, out, "succeeded (done)")
+		for _, n := range []limit.Name{limit.CrawlPagesPerDay, limit.RunTime, limit.BrowserConcurrency} {
+			require.Empty(t, limitAlarm(n), "a run that ends within its limits resolves the %s alarm", n)
+		}
+
+		// Completions per worker kind reach the metrics.
+		res, err := http.Get(f.base + "/metrics")
+		require.NoError(t, err)
+		metrics, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Regexp(t, `fleet_worker_completions_total\{kind="crawler",outcome="ok"\} [1-9]`, string(metrics))
+
+		// Every change is in the audit log: the tenant's in its chain, the
+		// global ones in the system chain.
+		var tenantSets, globalSets int
+		require.NoError(t, super.QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant_id = $1), count(*) FILTER (WHERE tenant_id = $2)
+			FROM audit_log WHERE action = 'limit.set'`, f.tenant, audit.System).Scan(&tenantSets, &globalSets))
+		require.Equal(t, 6, tenantSets)
+		require.Equal(t, 2, globalSets)
 	})
 }

@@ -3,7 +3,9 @@ package crawl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,17 +45,22 @@ const keyPrefix = "crawl:pol:"
 
 // reserveScript books the next slot of a domain: a slot is at least gap
 // after the previous one and not before the domain's Retry-After block.
-// It returns how long the caller waits for its slot.
+// It returns how long the caller waits for its slot, in microseconds.
+// The schedule is kept in microseconds: whole milliseconds would truncate
+// every jittered gap (a 10 ms delay drawn from 5–15 ms lost half a
+// millisecond a request on average, 5 % over the rate; the three-agent
+// benchmark caught it). The block stays in milliseconds.
 var reserveScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
+local nowu = tonumber(ARGV[5])
 local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
-local blk = tonumber(redis.call('GET', KEYS[2]) or '0')
-if nxt < now then nxt = now end
+local blk = tonumber(redis.call('GET', KEYS[2]) or '0') * 1000
+if nxt < nowu then nxt = nowu end
 if blk > nxt then nxt = blk end
-redis.call('SET', KEYS[1], nxt + tonumber(ARGV[2]), 'PX', ARGV[3])
+redis.call('SET', KEYS[1], string.format('%d', nxt + tonumber(ARGV[2])), 'PX', ARGV[3])
 redis.call('ZADD', KEYS[3], now + 60000, ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-return {nxt - now, redis.call('ZCARD', KEYS[3])}`)
+return {string.format('%d', nxt - nowu), redis.call('ZCARD', KEYS[3])}`)
 
 // acquireScript takes one of a domain's concurrency slots (a lease that
 // expires, so a crashed panel cannot hold one forever).
@@ -103,15 +110,19 @@ func (b *Budget) Reserve(ctx context.Context, tenant, domain, agent string, gap 
 	rdb, err := b.redis(ctx, tenant)
 	if err == nil {
 		var res []any
-		res, err = reserveScript.Run(ctx, rdb, []string{keyPrefix + domain + ":next", keyPrefix + domain + ":block", keyPrefix + domain + ":agents"},
-			ms(now), gap.Milliseconds(), (gap + time.Hour).Milliseconds(), agent).Slice()
+		res, err = reserveScript.Run(ctx, rdb, []string{keyPrefix + domain + ":nextus", keyPrefix + domain + ":block", keyPrefix + domain + ":agents"},
+			ms(now), gap.Microseconds(), (gap + time.Hour).Milliseconds(), agent, now.UnixMicro()).Slice()
 		if err == nil && len(res) == 2 {
-			wait, _ := res[0].(int64)
+			ws, _ := res[0].(string)
+			wait, perr := strconv.ParseInt(ws, 10, 64)
 			n, _ := res[1].(int64)
-			b.mu.Lock()
-			b.agents[domain] = int(n)
-			b.mu.Unlock()
-			return time.Duration(wait) * time.Millisecond, nil
+			if perr == nil {
+				b.mu.Lock()
+				b.agents[domain] = int(n)
+				b.mu.Unlock()
+				return time.Duration(wait) * time.Microsecond, nil
+			}
+			err = fmt.Errorf("crawl: reserve: unexpected answer %q", ws)
 		}
 	}
 	// Redis is down: this process alone decides, for this agent, at the

@@ -81,6 +81,23 @@ func msList(ds []time.Duration) []time.Duration {
 // TestBudgetWithoutRedis: while the cell's Redis is down each agent gets
 // the domain's rate divided by the agents last known to crawl it, or
 // nothing when that was never known.
+// TestBudgetKeepsSubMillisecondGaps: a domain's schedule adds up the drawn
+// gaps exactly; whole milliseconds would truncate each jittered gap and
+// run the domain faster than its rate (5 % at a 10 ms delay).
+func TestBudgetKeepsSubMillisecondGaps(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	b := crawl.NewBudget(func(context.Context, string) (*redis.Client, error) { return rdb, nil }, clk)
+	var last time.Duration
+	for range 100 {
+		w, err := b.Reserve(ctx, "t1", "fine.example", "agent-a", 1500*time.Microsecond)
+		require.NoError(t, err)
+		last = w
+	}
+	require.Equal(t, 99*1500*time.Microsecond, last, "100 slots 1.5 ms apart end 148.5 ms later")
+}
+
 func TestBudgetWithoutRedis(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t)

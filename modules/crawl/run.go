@@ -17,6 +17,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
+	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -140,6 +141,9 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	x.run.Domains = map[string]DomainFigures{}
 	x.allow, x.ports = r.Egress(ctx, tenant)
 	log := r.Log.With("tenant", tenant, "job", job.Name, "run", runID)
+	if err := x.limits(ctx); err != nil {
+		return err
+	}
 	state, reason := x.loop(ctx)
 	end := r.Clock.Now()
 	x.run.State, x.run.Reason, x.run.FinishedAt = state, reason, &end
@@ -151,6 +155,7 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	if r.OnFinish != nil {
 		r.OnFinish(fctx, tenant, job, x.run, x.trace)
 	}
+	x.limitOutcome(fctx, log)
 	return r.Store.FinishRun(fctx, tenant, x.run, x.trace)
 }
 
@@ -176,6 +181,16 @@ type execution struct {
 	mu        sync.Mutex
 	noCrawler map[string]bool
 	rr        int
+
+	// The limits that apply to this run (modules/limit): the lowest of
+	// the job's own, the tenant's and the global one.
+	runTime     limit.Effective
+	retries     limit.Effective
+	pagesDay    limit.Effective
+	browsers    limit.Effective
+	pagesBefore int       // the tenant's other pages today, as last read
+	pagesRead   time.Time // when pagesBefore was read
+	hit         *limit.Effective
 
 	// The job's proxy pool (nil: the agents' own egress), as last read,
 	// with the run's round-robin counter and on-failure position.
@@ -210,6 +225,9 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 		}
 	}
 	deadline := x.start.Add(j.Limits.RunTimeD)
+	if x.runTime.From != "task" {
+		deadline = x.start.Add(time.Duration(x.runTime.Value) * time.Second)
+	}
 	stop := ""
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -226,6 +244,14 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 			stop = "stopped: the panel is shutting down"
 		case !now.Before(deadline):
 			stop = "limit: run_time " + j.Limits.RunTimeD.String()
+			if x.runTime.From != "task" {
+				stop, x.hit = x.runTime.Reason(), &x.runTime
+			}
+		case x.browsers.Set && x.browsers.Value == 0 && j.Render == spec.RenderBrowser:
+			// No browser at all: the run could never fetch a page.
+			stop, x.hit = x.browsers.Reason(), &x.browsers
+		case x.pagesDay.Set && x.pagesToday(ctx, now) >= int(x.pagesDay.Value):
+			stop, x.hit = x.pagesDay.Reason(), &x.pagesDay
 		case x.run.Pages >= j.Limits.Pages:
 			stop = fmt.Sprintf("limit: pages %d", j.Limits.Pages)
 		case x.run.Bytes >= j.Limits.BytesN:
@@ -239,7 +265,10 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 		}
 		// Launch what is ready, up to the run's concurrency.
 		launched := false
-		if x.inflight < j.Limits.Concurrency {
+		// A page in flight may still count against the tenant's pages
+		// today: none starts that could pass the limit.
+		roomToday := !x.pagesDay.Set || x.pagesToday(ctx, now)+x.inflight < int(x.pagesDay.Value)
+		if x.inflight < j.Limits.Concurrency && roomToday {
 			if i := x.ready(now); i >= 0 {
 				agents := x.agents()
 				if len(agents) == 0 {
@@ -439,6 +468,19 @@ func (x *execution) launch(ctx context.Context, t task, agent string, px *Proxy)
 		defer func() { x.results <- res }()
 		p := x.spec.Politeness
 		lease := time.Duration(pt.TimeoutMS)*time.Millisecond + 10*time.Second
+		if x.browsers.Set && pt.Render == spec.RenderBrowser && t.kind != wire.PageRobots {
+			// The tenant's browser page loads at once, fleet-wide.
+			slot := browserSlots + x.tenant
+			for !x.r.Budget.Acquire(ctx, x.tenant, slot, pt.TaskID, int(x.browsers.Value), lease) {
+				select {
+				case <-ctx.Done():
+					res.err = ctx.Err()
+					return
+				case <-x.r.Clock.After(20 * time.Millisecond):
+				}
+			}
+			defer x.r.Budget.Release(context.WithoutCancel(ctx), x.tenant, slot, pt.TaskID)
+		}
 		for !x.r.Budget.Acquire(ctx, x.tenant, host, pt.TaskID, p.Concurrency, lease) {
 			select {
 			case <-ctx.Done():
@@ -706,7 +748,11 @@ func (x *execution) next(t task, res wire.PageResult) {
 func (x *execution) retry(t task, now time.Time, counts bool) bool {
 	p := x.spec.Politeness
 	if counts {
-		if t.attempt >= *p.Retries {
+		if t.attempt >= int(x.retries.Value) {
+			if x.retries.From != "task" && t.attempt < *p.Retries && x.hit == nil {
+				// The tenant's or the global retry limit gave it up.
+				x.hit = &x.retries
+			}
 			return false
 		}
 		t.attempt++

@@ -82,6 +82,11 @@ func (g *Gateway) Crawl(ctx context.Context, tenant, agentID string, t wire.Page
 }
 
 func (c *conn) pageResult(r wire.PageResult) {
+	outcome := "ok"
+	if r.Error != "" {
+		outcome = "error"
+	}
+	c.g.completions.WithLabelValues("crawler", outcome).Inc()
 	c.mu.Lock()
 	ch := c.pages[r.TaskID]
 	delete(c.pages, r.TaskID)

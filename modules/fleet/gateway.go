@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,8 @@ type Claims interface {
 	Lease(ctx context.Context, tenant string, h claim.Holder, r wire.LeaseRequest) wire.LeaseResult
 	Act(ctx context.Context, tenant string, h claim.Holder, r wire.ActRequest) wire.ActResult
 	Outcome(ctx context.Context, tenant string, h claim.Holder, o wire.Outcome, offset wire.Estimate) wire.OutcomeAck
+	// Gate is a granted action's read-only fenced check (assign mode, v4).
+	Gate(ctx context.Context, tenant string, h claim.Holder, r wire.GateCheck) wire.GateResult
 	// AgentLost is told when an agent's connection ends: the actions in
 	// flight on that connection can no longer be reported and become
 	// UNKNOWN. Only that connection's claims (connID), never those of the
@@ -73,6 +76,10 @@ type Gateway struct {
 	connected   prometheus.Gauge
 	messages    *prometheus.CounterVec
 	silentDrops prometheus.Counter
+	// completions counts the work agents' workers finished, by worker kind
+	// and outcome; spend is each enrolled assistant's model spend today.
+	completions *prometheus.CounterVec
+	spend       *prometheus.GaugeVec
 }
 
 // NewGateway returns a gateway; claims may be nil until the engine is wired.
@@ -100,9 +107,15 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 			Help: "Protocol messages received from agents, by type."}, []string{"type"}),
 		silentDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "fleet_agent_silent_drops_total",
 			Help: "Agent connections this replica dropped after two ping intervals without a word from the agent (a dead path without FIN or RST)."}),
+		completions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_worker_completions_total",
+			Help: "Tasks agents' workers finished, by worker kind and outcome (claim outcomes: confirmed, taken, not_sent, unknown; crawl pages: ok, error), as this replica received them."},
+			[]string{"kind", "outcome"}),
+		spend: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_model_spend_today_usd",
+			Help: "Model spend of each enrolled assistant on its UTC day so far, in USD, from its latest report to this replica."},
+			[]string{"tenant", "agent"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops)
+		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops, g.completions, g.spend)
 	}
 	return g
 }
@@ -167,10 +180,16 @@ type conn struct {
 	lookups map[string]chan wire.LookupResult
 	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
 	sent    map[string]bool                 // commands written on this connection
+	kinds   map[string]string               // worker name → kind, from the agent's state reports
 	sem     chan struct{}
 	// heard is signalled (without blocking) whenever the agent's frame
 	// arrives: the writer's silence limit starts again.
 	heard chan struct{}
+	// The agent's last state report (its actors for assign mode) and the
+	// grants sent on this connection without an outcome yet (assign.go).
+	workers     []wire.WorkerState
+	agentPaused bool
+	grants      map[int64]grantOut
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -483,9 +502,16 @@ func (c *conn) reader(ctx context.Context) {
 		case wire.Pong:
 			c.pong(ctx, m, at)
 		case wire.State:
+			c.noteState(m)
 			if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
 			}
+			c.mu.Lock()
+			c.kinds = map[string]string{}
+			for _, w := range m.Workers {
+				c.kinds[w.Name] = w.Kind
+			}
+			c.mu.Unlock()
 		case wire.Event:
 			if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
@@ -494,6 +520,8 @@ func (c *conn) reader(ctx context.Context) {
 			if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
 			}
+			c.g.spend.WithLabelValues(c.agent.Tenant, c.agent.ID).Set(m.CostTodayUSD)
+			c.g.enforceSpend(ctx, c.agent, m)
 		case wire.CommandResult:
 			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)
@@ -508,7 +536,7 @@ func (c *conn) reader(ctx context.Context) {
 			}
 		case wire.PageResult:
 			c.pageResult(m)
-		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome:
+		case wire.Detected, wire.LeaseRequest, wire.ActRequest, wire.Outcome, wire.GateCheck:
 			if !c.claim(ctx, f.Message) {
 				return
 			}
@@ -570,7 +598,11 @@ func (c *conn) claim(ctx context.Context, m wire.Message) bool {
 			_ = c.send(ctx, cl.Lease(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.ActRequest:
 			_ = c.send(ctx, cl.Act(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
+		case wire.GateCheck:
+			_ = c.send(ctx, cl.Gate(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x))
 		case wire.Outcome:
+			c.grantSettled(x.Token)
+			c.completed(x.Worker, strings.ToLower(x.Result))
 			ack := claim.Disposition(cl.Outcome(ctx, tenant, claim.Holder{Agent: c.agent.ID, Worker: x.Worker, Conn: c.id}, x, c.Offset()))
 			if ack.Disposition == wire.AckTransient && c.version < wire.V4 {
 				// A v3 agent drops a report on any answer; withheld, the

@@ -46,6 +46,9 @@ type Config struct {
 	// BoardIdempotency is "on" (the board honours Idempotency-Key on
 	// bookings) or "off" (it does not, as many real platforms do not).
 	BoardIdempotency string
+	// DispatchMode is the tenants' claim dispatch mode: race or assign
+	// (docs/CLAIMS.md, "Dispatch modes"). Empty: race.
+	DispatchMode string
 }
 
 // Register declares the command's flags.
@@ -62,6 +65,8 @@ func (c *Config) Register(s *config.Set) {
 	s.Duration(&c.Progress, "progress", "FLEET_LOADTEST_PROGRESS", 10*time.Second, "how often a progress line is printed")
 	s.Enum(&c.BoardIdempotency, "board-idempotency", "FLEET_LOADTEST_BOARD_IDEMPOTENCY", "on", []string{"on", "off"},
 		"whether the run's board honours Idempotency-Key on bookings (off: a platform that books a replayed request again)")
+	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "race", []string{"race", "assign"},
+		"the tenants' claim dispatch mode: race (every warm actor asks for each job) or assign (the panel grants each job to one actor)")
 }
 
 // Validate reports the first bad setting.
@@ -85,6 +90,8 @@ func (c *Config) Validate() error {
 		c.BoardIdempotency = "on"
 	case c.BoardIdempotency != "on" && c.BoardIdempotency != "off":
 		return fmt.Errorf("loadtest: --board-idempotency must be on or off, got %q", c.BoardIdempotency)
+	case c.DispatchMode != "" && c.DispatchMode != "race" && c.DispatchMode != "assign":
+		return fmt.Errorf("loadtest: --dispatch-mode must be race or assign, got %q", c.DispatchMode)
 	}
 	if c.Progress <= 0 {
 		c.Progress = 10 * time.Second

@@ -266,6 +266,11 @@ func (r *runner) setup(ctx context.Context) error {
 		if err := r.eng.SetHonoursIdempotency(ctx, ops, id, claim.DefaultPlatform, bcfg.IdempotencyKeys); err != nil {
 			return err
 		}
+		if r.cfg.DispatchMode == claim.DispatchAssign {
+			if err := r.eng.SetDispatchMode(ctx, ops, id, claim.DispatchAssign); err != nil {
+				return err
+			}
+		}
 	}
 	if err := cell.PutCell(ctx, r.app, cell.Def{Name: "b", RedisURL: r.redis[1].URL(0)}); err != nil {
 		return err

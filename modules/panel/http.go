@@ -22,6 +22,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
@@ -98,6 +99,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Schedules != nil {
 			schedule.Mount(r, schedule.Deps{Scheduler: d.Schedules, DB: d.DB, Shell: shell, Log: d.Log})
 		}

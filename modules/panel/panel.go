@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,7 +44,9 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/health"
+	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
+	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
@@ -56,11 +59,15 @@ type Config struct {
 	// the embedded cluster under DataDir.
 	DatabaseURL string
 	// DatabaseAppURL is the application role's URL, used for everything else.
-	DatabaseAppURL   string
-	RedisURL         string
-	DBMaxConns       int
-	PGMaxConnections int
-	ShutdownTimeout  time.Duration
+	DatabaseAppURL string
+	RedisURL       string
+	// RedisPasswordFile holds the password of --redis-url's server (a
+	// compose or systemd secret), so it is in no URL, environment or
+	// process listing.
+	RedisPasswordFile string
+	DBMaxConns        int
+	PGMaxConnections  int
+	ShutdownTimeout   time.Duration
 	// SessionIdle and SessionMax are the console's session timeouts.
 	SessionIdle time.Duration
 	SessionMax  time.Duration
@@ -68,6 +75,8 @@ type Config struct {
 	AuditSealInterval time.Duration
 	// AuditVerifyCron is when the panel verifies the audit log itself (UTC).
 	AuditVerifyCron string
+	// RetentionCron is when the panel prunes data past retention (UTC).
+	RetentionCron string
 	// HealthInterval is how often the health sweep runs; HungAfter holds
 	// the per-kind hang thresholds ("watcher=2m,actor=5m,*=10m").
 	HealthInterval time.Duration
@@ -100,6 +109,8 @@ func (c *Config) Register(s *config.Set) {
 		"Postgres URL of the application role (neither owner, superuser nor BYPASSRLS); required with --database-url", panel)
 	s.String(&c.RedisURL, "redis-url", "FLEET_REDIS_URL", "",
 		"Redis URL of the default cell; empty runs an embedded redis-server under --data-dir", panel)
+	s.String(&c.RedisPasswordFile, "redis-password-file", "FLEET_REDIS_PASSWORD_FILE", "",
+		"file holding the password of --redis-url's server (a compose or systemd secret); it then stays out of URLs and the environment", panel)
 	s.Int(&c.DBMaxConns, "db-max-conns", "FLEET_DB_MAX_CONNS", 64,
 		"size of the panel's Postgres pool (pgx's own default is 4 on two cores, far too small for claims)", panel)
 	s.Int(&c.PGMaxConnections, "pg-max-connections", "FLEET_PG_MAX_CONNECTIONS", 300,
@@ -116,6 +127,8 @@ func (c *Config) Register(s *config.Set) {
 		"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Real-IP, X-Forwarded-For and X-Forwarded-Proto are believed (e.g. 127.0.0.1,::1 behind Caddy on this host); empty: none", panel)
 	s.String(&c.AuditVerifyCron, "audit-verify-cron", "FLEET_AUDIT_VERIFY_CRON", "*/10 * * * *",
 		"when the panel verifies the audit log itself (cron, UTC); the result is the overview's \"audit clean\" figure", panel)
+	s.String(&c.RetentionCron, "retention-cron", "FLEET_RETENTION_CRON", "40 3 * * *",
+		"when the panel deletes data past each tenant's retention (cron, UTC; docs/OPERATIONS.md, Retention)", panel)
 	s.Duration(&c.HealthInterval, "health-interval", "FLEET_HEALTH_INTERVAL", 15*time.Second,
 		"how often the leader looks for hung and crash-looping workers, stuck queues and failing cells", panel)
 	s.String(&c.HungAfter, "hung-after", "FLEET_HUNG_AFTER", "",
@@ -158,6 +171,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := schedule.ParseCron(c.AuditVerifyCron, "UTC"); err != nil {
 		return fmt.Errorf("panel: --audit-verify-cron: %w", err)
+	}
+	if c.RetentionCron == "" {
+		c.RetentionCron = "40 3 * * *"
+	}
+	if _, err := schedule.ParseCron(c.RetentionCron, "UTC"); err != nil {
+		return fmt.Errorf("panel: --retention-cron: %w", err)
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = 15 * time.Second
@@ -272,6 +291,11 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		ownerURL, appURL = p.pg.OwnerURL(), p.pg.AppURL()
 	}
 	redisURL := cfg.RedisURL
+	if redisURL != "" && cfg.RedisPasswordFile != "" {
+		if redisURL, err = withRedisPassword(redisURL, cfg.RedisPasswordFile); err != nil {
+			return err
+		}
+	}
 	if redisURL == "" {
 		p.rds, err = embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(cfg.DataDir, "redis"), Logger: log})
 		if err != nil {
@@ -304,6 +328,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 
 	p.Health = server.NewHealth(p.Reg)
 	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
+	p.Health.Add(server.DiskCheck(cfg.DataDir))
 	// A cell's Redis is reported, never fatal to readiness: a failing cell
 	// must not take the whole panel out of its load balancer.
 	p.Health.Add(server.Check{Name: "redis:default", Probe: func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() }})
@@ -315,6 +340,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return err
 	}
 	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
+	limit.Metrics(p.Reg)
 	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
 		Owner: p.ReplicaID, Registerer: p.Reg})
 	hungAfter, _ := health.ParseHungAfter(cfg.HungAfter)
@@ -384,6 +410,14 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if _, err := p.Schedules.Ensure(ctx, schedule.System, auditVerifySpec(cfg.AuditVerifyCron)); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
+	pruner := &retention.Pruner{DB: p.DB, Anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")),
+		Clock: clock.Real{}, Log: log.With("component", "retention")}
+	if err := p.Schedules.Register(pruner.Kind()); err != nil {
+		return err
+	}
+	if _, err := p.Schedules.Ensure(ctx, schedule.System, retention.Spec(cfg.RetentionCron)); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	// A pause switch reaches the agents as a configure command.
 	p.Claims.Store().SetAgentNotifier(fleet.PauseNotifier{})
 	if err := p.River.Start(ctx); err != nil {
@@ -428,6 +462,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
+	p.Claims.SetAssign(p.Gateway, p.Gateway)
 	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
 	p.Crawl.Store.SetVault(v)
 	if err := p.Crawl.RegisterSchedule(); err != nil {
@@ -444,6 +479,12 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		defer p.bg.Done()
 		// The LISTEN loop recovers on its own; it is not supervised.
 		p.Gateway.Listen(bgCtx, appURL)
+	}()
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		// Assign mode: this replica's warm actors, published every second.
+		p.Claims.RunWarm(bgCtx)
 	}()
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
@@ -463,6 +504,26 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}()
 	log.Info("panel ready", "console", "http://"+p.srv.Addr()+"/", "data_dir", cfg.DataDir)
 	return nil
+}
+
+// withRedisPassword puts the password read from file into a Redis URL
+// (in memory only).
+func withRedisPassword(raw, file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("panel: --redis-password-file (FLEET_REDIS_PASSWORD_FILE): %w", err)
+	}
+	pw := strings.TrimSpace(string(b))
+	if pw == "" {
+		return "", fmt.Errorf("panel: --redis-password-file (FLEET_REDIS_PASSWORD_FILE): %s is empty", file)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		return "", errors.New("panel: malformed Redis URL (check FLEET_REDIS_URL)")
+	}
+	logging.RegisterSecret(pw)
+	u.User = url.UserPassword(u.User.Username(), pw)
+	return u.String(), nil
 }
 
 func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) error {

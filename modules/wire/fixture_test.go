@@ -118,6 +118,13 @@ func allSamples(v int) map[Type]Message {
 			Goal: "Draft the launch post and publish it", Status: "awaiting approval", Steps: 10, Tokens: 7223, Tabs: []string{"brief", "drafts", "calendar"},
 			Progress:        "opened 3 tabs: brief, drafts, calendar · drafted post from the product brief · labelled as AI-generated",
 			PendingApproval: "Publish to the Demo Studio page?", UpdatedAt: t1}}},
+		TypeLeaseGrant: LeaseGrant{GrantID: "grant_01", Worker: "actor-1", Job: Job{Key: "LD-48213", PublishedAt: t1.Add(-time.Second),
+			Origin: "Chicago, IL", Destination: "Atlanta, GA", RateCents: 245000}, Token: 90818,
+			OperationID: "0c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5", BookingKey: "5d0c61c4-2f55-4b0e-8d7e-0a4f1f8d9e21", KeysHonoured: true,
+			GrantedAt: t1, SendBy: t1.Add(5 * time.Second), SendWithinMillis: 5000, ClockOffsetMillis: -12, ClockErrorMillis: 3,
+			HardTimeoutMillis: 15000, SeenAt: t1.Add(-40 * time.Millisecond), QueuedAt: t1.Add(-39 * time.Millisecond), Cell: "default"},
+		TypeGateCheck:  GateCheck{RequestID: "req_05", Worker: "actor-1", Key: "LD-48213", Token: 90818},
+		TypeGateResult: GateResult{RequestID: "req_05", Key: "LD-48213", OK: false, Reason: ReasonPaused},
 	}
 }
 

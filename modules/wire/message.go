@@ -432,6 +432,9 @@ func validate(m Message) error {
 	if err := validateCrawl(m); err != nil {
 		return err
 	}
+	if err := validateGrant(m); err != nil {
+		return err
+	}
 	return validateClaim(m)
 }
 

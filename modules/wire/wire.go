@@ -135,7 +135,8 @@ var typesV3 = append(append([]Type(nil), typesV1...),
 
 // typesV4 adds version 4's messages to version 3's. Append only.
 var typesV4 = append(append([]Type(nil), typesV3...),
-	TypePageTask, TypePageResult, TypeAssistantReport)
+	TypePageTask, TypePageResult, TypeAssistantReport,
+	TypeLeaseGrant, TypeGateCheck, TypeGateResult)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
@@ -218,6 +219,12 @@ func newMessage(t Type) Message {
 		return &PageResult{}
 	case TypeAssistantReport:
 		return &AssistantReport{}
+	case TypeLeaseGrant:
+		return &LeaseGrant{}
+	case TypeGateCheck:
+		return &GateCheck{}
+	case TypeGateResult:
+		return &GateResult{}
 	}
 	return nil
 }

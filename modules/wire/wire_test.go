@@ -114,7 +114,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"array", `[1,2]`, ErrMalformed},
 		{"trailing data", valid(`{"command_id":"c"}`) + `{}`, ErrMalformed},
 		{"no type", `{"id":"m","time":"2026-01-01T00:00:00Z","body":{}}`, ErrMalformed},
-		{"unknown type", `{"type":"lease_grant","id":"m","time":"2026-01-01T00:00:00Z","body":{}}`, ErrUnknownType},
+		{"unknown type", `{"type":"acting","id":"m","time":"2026-01-01T00:00:00Z","body":{}}`, ErrUnknownType},
 		{"no id", `{"type":"resume","time":"2026-01-01T00:00:00Z","body":{"command_id":"c"}}`, ErrMalformed},
 		{"bad time", `{"type":"resume","id":"m","time":"yesterday","body":{"command_id":"c"}}`, ErrMalformed},
 		{"no body", `{"type":"resume","id":"m","time":"2026-01-01T00:00:00Z"}`, ErrMalformed},

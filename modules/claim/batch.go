@@ -1,0 +1,238 @@
+package claim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// Batching under load (docs/CLAIMS.md, "Batches"). The dispatcher takes
+// what one read of the cell's stream returns — at most MaxBatch entries, and
+// it never waits for more (T = 0): at low load a batch is one job and costs
+// no added latency; under load the stream fills while the previous batch
+// commits, so batches grow with the load and throughput rises instead of a
+// queue. One tenant's assign-mode jobs of a batch are recorded and granted
+// in one transaction, keys sorted so two replicas' batches take their row
+// locks in the same order and never deadlock. A job's refusal is a statement
+// that returns no row: it never rolls back the others. A statement that
+// fails (an error, not a refusal) aborts the transaction; then each job is
+// granted on its own.
+
+// MaxBatch bounds a batch (the cell's stream read returns at most this).
+const MaxBatch = 64
+
+// GrantResult is one job's answer in a batch: its grant, or a *Refusal.
+type GrantResult struct {
+	Grant Grant
+	Err   error
+}
+
+// GrantBatch records and grants every request of one tenant in one
+// transaction, in key order (requests of another tenant are refused with an
+// error). It returns one result per request, in the order given, or an error
+// when the transaction failed as a whole (nothing was granted).
+func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantRequest) ([]GrantResult, error) {
+	out := make([]GrantResult, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	order := make([]int, len(reqs))
+	for i, r := range reqs {
+		if r.Job.Tenant != tenant || r.Job.Job.Key == "" || r.Holder.Agent == "" || r.Holder.Worker == "" ||
+			r.SendWithin <= 0 || r.HardTimeout <= 0 {
+			return nil, fmt.Errorf("claim: grant batch: request %d is not a grant of tenant %s", i, tenant)
+		}
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return reqs[order[a]].Job.Job.Key < reqs[order[b]].Job.Job.Key })
+	for k := 1; k < len(order); k++ {
+		if reqs[order[k]].Job.Job.Key == reqs[order[k-1]].Job.Job.Key {
+			return nil, fmt.Errorf("claim: grant batch: job %s twice", reqs[order[k]].Job.Job.Key)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('app.tenant_id', $1, true),
+		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
+		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant)
+	for _, i := range order {
+		r := reqs[i]
+		b.Queue(`SELECT set_config('app.conn', $1, true)`, r.Holder.Conn)
+		b.Queue(recordJobSQL, recordJobArgs(r.Job)...)
+		b.Queue(grantSQL, tenant, r.Job.Job.Key, r.Holder.Agent, r.Holder.Worker, r.SendWithin.Seconds(), ClearanceFor.Seconds(),
+			r.HardTimeout.Seconds())
+		b.Queue(leaseDiagSQL, tenant, r.Job.Job.Key, ClearanceFor.Seconds())
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	fail := func(err error) ([]GrantResult, error) {
+		return nil, fmt.Errorf("claim: grant batch: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail(err)
+	}
+	diags := map[int]leaseDiag{}
+	for _, i := range order {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+		var recorded string
+		if err := br.QueryRow().Scan(&recorded); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fail(err)
+		}
+		g := Grant{Key: reqs[i].Job.Job.Key, Recorded: recorded != ""}
+		var withinMS int64
+		err := br.QueryRow().Scan(&g.Token, &g.OperationID, &g.GrantedAt, &g.SendBy, &g.ActDeadline, &withinMS,
+			&g.BookingKey, &g.KeysHonoured)
+		granted := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fail(err)
+		}
+		g.SendWithin = time.Duration(withinMS) * time.Millisecond
+		out[i].Grant = g
+		var d leaseDiag
+		err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
+			&d.reviewFine, &d.rate, &d.state, &d.blocked)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fail(err)
+		}
+		if !granted {
+			if errors.Is(err, pgx.ErrNoRows) {
+				out[i].Err = &Refusal{Reason: ReasonUnknownJob}
+			} else {
+				diags[i] = d
+			}
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fail(err)
+	}
+	// Refusals are named after the commit (review asks for a review in its
+	// own transaction, as for a lease).
+	for i, d := range diags {
+		out[i].Err = s.leaseRefusal(ctx, tenant, reqs[i].Job.Job.Key, d)
+	}
+	return out, nil
+}
+
+// DispatchBatch handles every entry one read of a cell's stream returned:
+// race-mode tenants' entries one by one (Dispatch), each assign-mode
+// tenant's in one transaction (GrantBatch). It answers one error per entry
+// (nil: handled, the entry may be acknowledged).
+func (e *Engine) DispatchBatch(ctx context.Context, cellName string, es []cell.Entry) []error {
+	errs := make([]error, len(es))
+	byTenant := map[string][]int{}
+	var tenants []string
+	for i, en := range es {
+		if e.dispatchMode(ctx, en.Tenant) != DispatchAssign {
+			errs[i] = e.Dispatch(ctx, cellName, en)
+			continue
+		}
+		if _, ok := byTenant[en.Tenant]; !ok {
+			tenants = append(tenants, en.Tenant)
+		}
+		byTenant[en.Tenant] = append(byTenant[en.Tenant], i)
+	}
+	for _, tenant := range tenants {
+		e.grantBatch(ctx, cellName, tenant, es, byTenant[tenant], errs)
+	}
+	return errs
+}
+
+// grantBatch grants one tenant's entries of a batch (indexes idx of es).
+func (e *Engine) grantBatch(ctx context.Context, cellName, tenant string, es []cell.Entry, idx []int, errs []error) {
+	t0 := time.Now()
+	filters, err := e.tenantFilters(ctx, tenant)
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return
+	}
+	actors, err := e.warmOf(ctx, tenant)
+	if err != nil {
+		actors = nil
+	}
+	var reqs []GrantRequest
+	var at []int
+	var chosen []WarmActor
+	seen := map[string]bool{}
+	for _, i := range idx {
+		en := es[i]
+		if !Wanted(filters, en.Job) {
+			e.m.dispatched.WithLabelValues("filtered").Inc()
+			continue
+		}
+		q := QueuedJob{Tenant: tenant, Cell: cellName, Job: en.Job, SeenAt: en.SeenAt, QueuedAt: en.QueuedAt,
+			ClockErrorMS: en.ClockErrorMS, Agent: en.Agent, Worker: en.Worker}
+		a, ok := e.choose(actors, nil)
+		if !ok || seen[en.Job.Key] {
+			// No warm actor (offered as in race mode), or the same job twice
+			// in one read (the second is handled on its own: refused).
+			errs[i] = e.Dispatch(ctx, cellName, en)
+			continue
+		}
+		seen[en.Job.Key] = true
+		e.noteGrant(a)
+		reqs = append(reqs, GrantRequest{Job: q, Holder: Holder{Agent: a.Agent, Worker: a.Worker, Conn: a.Conn},
+			SendWithin: e.cfg.LeaseFor, HardTimeout: e.cfg.HardTimeout})
+		at = append(at, i)
+		chosen = append(chosen, a)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	e.m.batch.Observe(float64(len(reqs)))
+	res, err := e.store.GrantBatch(ctx, tenant, reqs)
+	if err != nil {
+		// The transaction failed as a whole: each job on its own, so one
+		// bad job cannot hold back the others.
+		e.log.Warn("grant batch failed; granting its jobs one by one", "tenant", tenant, "jobs", len(reqs), "err", err)
+		for _, i := range at {
+			errs[i] = e.Dispatch(ctx, cellName, es[i])
+		}
+		return
+	}
+	e.m.panel.WithLabelValues(PanelStepBatch).Observe(time.Since(t0).Seconds())
+	cells := e.Cells()
+	for k, r := range res {
+		if r.Err != nil {
+			e.m.grants.WithLabelValues(wireReason(r.Err)).Inc()
+			continue
+		}
+		e.m.grants.WithLabelValues("granted").Inc()
+		e.m.dispatched.WithLabelValues("granted").Inc()
+		e.sendGrant(ctx, cells, reqs[k].Job, chosen[k], r.Grant, t0, PanelStepGrant)
+	}
+}
+
+// sendGrant publishes a committed grant to the replica holding its actor.
+func (e *Engine) sendGrant(ctx context.Context, cells *cell.Manager, q QueuedJob, a WarmActor, g Grant, t0 time.Time, step string) {
+	msg := wire.LeaseGrant{GrantID: newID(), Worker: a.Worker, Job: q.Job, Token: g.Token, OperationID: g.OperationID,
+		BookingKey: g.BookingKey, KeysHonoured: g.KeysHonoured, GrantedAt: g.GrantedAt, SendBy: g.SendBy,
+		SendWithinMillis: g.SendWithin.Milliseconds(), HardTimeoutMillis: e.cfg.HardTimeout.Milliseconds(),
+		SeenAt: q.SeenAt, QueuedAt: q.QueuedAt, Cell: q.Cell}
+	body, err := json.Marshal(grantNote{Tenant: q.Tenant, Actor: a, Grant: msg, Sent: e.cfg.Clock.Now()})
+	if err != nil || cells == nil {
+		return
+	}
+	n, err := cells.PublishGrant(ctx, q.Tenant, a.Replica, body)
+	e.m.panel.WithLabelValues(step).Observe(time.Since(t0).Seconds())
+	switch {
+	case err != nil:
+		// Whether a replica received it is unknown: the grant stands and,
+		// with no outcome, becomes UNKNOWN at its deadline (or when the
+		// actor's connection ends).
+		e.log.Warn("grant not published; it settles by its deadline", "tenant", q.Tenant, "key", q.Job.Key, "err", err)
+	case n == 0:
+		// No replica subscribed: nothing can deliver it.
+		go e.undelivered(context.WithoutCancel(ctx), q.Tenant, a, msg, "no panel replica holds the actor's connection")
+	}
+}

@@ -1,0 +1,321 @@
+// Package limit holds the installation's caps on the work a fleet does, per
+// tenant and globally: browser concurrency, run time per task, retries,
+// crawl pages per day and an enrolled assistant's model spend per day. The lowest of the task's own, the tenant's and the global limit
+// applies (Limits.Apply). Limits are set in the console (/limits) and the
+// CLI (fleetwright limit), each change audited; reaching one stops the work
+// with a reason that names the limit and where it was set, logged and
+// raised as a limit.reached alarm (Reached), never a silent drop.
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/audit"
+)
+
+// Global is the tenant id the global limits are stored under (the system
+// chain's all-zero id).
+const Global = audit.System
+
+// Name names one limit.
+type Name string
+
+// The limits. Each is enforced where the work happens (docs/OPERATIONS.md,
+// "Limits").
+const (
+	// BrowserConcurrency caps the tenant's browser page loads in flight at
+	// once across the fleet (crawl runs in browser mode).
+	BrowserConcurrency Name = "browser_concurrency"
+	// RunTime caps one task's wall time (a crawl run), in seconds.
+	RunTime Name = "run_time"
+	// Retries caps the retries of one failed step (a crawl page).
+	Retries Name = "retries"
+	// CrawlPagesPerDay caps the pages a tenant's crawl runs fetch per UTC day.
+	CrawlPagesPerDay Name = "crawl_pages_day"
+	// ModelSpendPerDay caps an enrolled assistant's model spend per UTC day,
+	// in micro-USD.
+	ModelSpendPerDay Name = "model_spend_day"
+)
+
+// Unit says how a limit's value is read and written.
+type Unit int
+
+// The units.
+const (
+	Count    Unit = iota // a whole number
+	Duration             // seconds, written as a Go duration ("30m")
+	USD                  // micro-USD, written in dollars ("2.50")
+)
+
+// Def describes one limit for pages and the CLI.
+type Def struct {
+	Name  Name
+	Label string
+	Unit  Unit
+	// Where says where it is enforced, for people.
+	Where string
+}
+
+// Defs are every limit, in the order pages list them.
+var Defs = []Def{
+	{BrowserConcurrency, "Browser page loads at once", Count, "crawl runs in browser mode wait for a free slot (fleet-wide, per tenant)"},
+	{RunTime, "Run time per task", Duration, "a crawl run stops when it reaches it"},
+	{Retries, "Retries per failed step", Count, "a crawl page is given up after this many retries"},
+	{CrawlPagesPerDay, "Crawl pages per day (UTC)", Count, "crawl runs stop when the tenant's pages today reach it"},
+	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "an enrolled assistant whose spend today reaches it is paused by the panel; a person resumes it"},
+}
+
+// DefOf returns the definition of n.
+func DefOf(n Name) (Def, bool) {
+	for _, d := range Defs {
+		if d.Name == n {
+			return d, true
+		}
+	}
+	return Def{}, false
+}
+
+// Names lists the limits' names, for error messages.
+func Names() string {
+	s := make([]string, len(Defs))
+	for i, d := range Defs {
+		s[i] = string(d.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Parse reads a value written for people ("30m", "2.50", "100"); "" or
+// "none" means no limit (ok false).
+func (d Def) Parse(s string) (v int64, ok bool, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "none") {
+		return 0, false, nil
+	}
+	switch d.Unit {
+	case Duration:
+		t, err := time.ParseDuration(s)
+		if err != nil {
+			if n, err2 := strconv.ParseInt(s, 10, 64); err2 == nil {
+				t = time.Duration(n) * time.Second
+			} else {
+				return 0, false, fmt.Errorf("%s: %q is not a duration (write 30m, 2h or a number of seconds)", d.Name, s)
+			}
+		}
+		if t < time.Second {
+			return 0, false, fmt.Errorf("%s: %q is under one second", d.Name, s)
+		}
+		return int64(t / time.Second), true, nil
+	case USD:
+		f, err := strconv.ParseFloat(strings.TrimPrefix(s, "$"), 64)
+		if err != nil || f < 0 || math.IsInf(f, 0) || f > 1e9 {
+			return 0, false, fmt.Errorf("%s: %q is not an amount in USD (write 2.50)", d.Name, s)
+		}
+		return int64(math.Round(f * 1e6)), true, nil
+	default:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return 0, false, fmt.Errorf("%s: %q is not a whole number of 0 or more", d.Name, s)
+		}
+		return n, true, nil
+	}
+}
+
+// Format writes a value for people.
+func (d Def) Format(v int64) string {
+	switch d.Unit {
+	case Duration:
+		return (time.Duration(v) * time.Second).String()
+	case USD:
+		prec := 2
+		if v%10000 != 0 {
+			prec = -1 // below a cent: as precise as stored
+		}
+		return "$" + strconv.FormatFloat(float64(v)/1e6, 'f', prec, 64)
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// Limits are a tenant's stored limits and the global ones.
+type Limits struct {
+	Tenant map[Name]int64
+	Global map[Name]int64
+}
+
+// Effective is the limit that applies, and where it was set.
+type Effective struct {
+	Name  Name
+	Value int64
+	// From is "task", "tenant" or "global".
+	From string
+	Set  bool
+}
+
+// Reason words a reached limit for pages and logs: "limit: crawl_pages_day
+// 1000 (tenant)".
+func (e Effective) Reason() string {
+	d, _ := DefOf(e.Name)
+	return fmt.Sprintf("limit: %s %s (%s limit)", e.Name, d.Format(e.Value), e.From)
+}
+
+// Apply returns the lowest of the task's own value (task ≤ 0: none), the
+// tenant's and the global limit.
+func (l Limits) Apply(n Name, task int64) Effective {
+	e := Effective{Name: n}
+	try := func(v int64, ok bool, from string) {
+		if ok && (!e.Set || v < e.Value) {
+			e.Value, e.From, e.Set = v, from, true
+		}
+	}
+	try(task, task > 0, "task")
+	v, ok := l.Tenant[n]
+	try(v, ok, "tenant")
+	v, ok = l.Global[n]
+	try(v, ok, "global")
+	return e
+}
+
+// Get is Apply without a task value.
+func (l Limits) Get(n Name) Effective { return l.Apply(n, 0) }
+
+// Load reads a tenant's limits and the global ones in the tenant's scope.
+func Load(ctx context.Context, pool *pgxpool.Pool, tenant string) (Limits, error) {
+	var l Limits
+	err := db.InTenant(ctx, pool, tenant, func(tx pgx.Tx) error {
+		var err error
+		l, err = load(ctx, tx, tenant)
+		return err
+	})
+	return l, err
+}
+
+func load(ctx context.Context, tx pgx.Tx, tenant string) (Limits, error) {
+	l := Limits{Tenant: map[Name]int64{}, Global: map[Name]int64{}}
+	rows, err := tx.Query(ctx, `SELECT tenant_id::text, name, value FROM limits WHERE tenant_id = $1::uuid OR tenant_id = $2::uuid`, tenant, Global)
+	if err != nil {
+		return l, fmt.Errorf("limit: load: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, n string
+		var v int64
+		if err := rows.Scan(&t, &n, &v); err != nil {
+			return l, fmt.Errorf("limit: load: %w", err)
+		}
+		if t == Global {
+			l.Global[Name(n)] = v
+		} else {
+			l.Tenant[Name(n)] = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return l, fmt.Errorf("limit: load: %w", err)
+	}
+	return l, nil
+}
+
+// ErrUnknown is returned for a name that is no limit.
+var ErrUnknown = errors.New("limit: unknown limit")
+
+// Set stores (ok) or removes (!ok) one limit of a tenant, or a global one
+// (tenant Global), audited in that tenant's chain (the system chain for a
+// global limit) as limit.set in the same transaction.
+func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string, n Name, value int64, ok bool) error {
+	d, known := DefOf(n)
+	if !known {
+		return fmt.Errorf("%w %q (limits: %s)", ErrUnknown, n, Names())
+	}
+	if value < 0 {
+		return fmt.Errorf("limit: %s must be 0 or more", n)
+	}
+	err := db.InTenant(ctx, pool, tenant, func(tx pgx.Tx) error {
+		var old *int64
+		if err := tx.QueryRow(ctx, `SELECT value FROM limits WHERE tenant_id = app_tenant() AND name = $1`, string(n)).Scan(&old); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		detail := map[string]any{"limit": string(n), "old": "none", "new": "none"}
+		if old != nil {
+			detail["old"] = d.Format(*old)
+		}
+		if ok {
+			detail["new"] = d.Format(value)
+			if _, err := tx.Exec(ctx, `INSERT INTO limits (name, value, updated_by) VALUES ($1, $2, $3)
+				ON CONFLICT (tenant_id, name) DO UPDATE SET value = EXCLUDED.value, updated_at = now(), updated_by = EXCLUDED.updated_by`,
+				string(n), value, by.Actor); err != nil {
+				return err
+			}
+		} else if _, err := tx.Exec(ctx, `DELETE FROM limits WHERE tenant_id = app_tenant() AND name = $1`, string(n)); err != nil {
+			return err
+		}
+		target := "tenant"
+		if tenant == Global {
+			target = "global"
+		}
+		by.Action, by.Target, by.Detail = "limit.set", target+" "+string(n), detail
+		return audit.Append(ctx, tx, by)
+	})
+	if err != nil {
+		return fmt.Errorf("limit: set %s: %w", n, err)
+	}
+	return nil
+}
+
+// AlarmKind is the alarm raised when a limit stops work.
+const AlarmKind = "limit.reached"
+
+var reachedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "fleet_limit_reached_total",
+	Help: "Work stopped or held because a limit was reached, by limit.",
+}, []string{"limit"})
+
+// Metrics registers the limit counter on reg (once per registry).
+func Metrics(reg prometheus.Registerer) {
+	if err := reg.Register(reachedTotal); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			panic(err)
+		}
+	}
+}
+
+// Reached records that e stopped some work (what: "crawl run shop-prices"):
+// one warning in the log, the fleet_limit_reached_total counter, and a
+// limit.reached alarm of the tenant keyed by the limit, linking to link
+// (the page that shows the stopped work). The alarm is resolved by a person
+// or by Clear when work under the limit next ends within it.
+func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, what, link string) {
+	reachedTotal.WithLabelValues(string(e.Name)).Inc()
+	if log != nil {
+		log.Warn("limit reached: work stopped", "tenant", tenant, "limit", string(e.Name), "value", e.Value, "from", e.From, "work", what)
+	}
+	if link == "" {
+		link = "/limits"
+	}
+	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: string(e.Name), Tenant: tenant, Severity: alarm.Warning,
+		Summary: what + " stopped: " + e.Reason(), Detail: "Raise or remove the limit on the Limits page, or wait for its window to pass.",
+		Link: link})
+	if err != nil && log != nil {
+		log.Error("limit: raise alarm", "err", err)
+	}
+}
+
+// Clear resolves the tenant's limit.reached alarm for n (work under it
+// ended within it).
+func Clear(ctx context.Context, pool *pgxpool.Pool, tenant string, n Name) error {
+	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, string(n), "limit"); err != nil {
+		return fmt.Errorf("limit: clear: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package panel_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/limit"
+)
+
+// TestLimitsPage: an admin sets a tenant's and a global limit on /limits
+// (audited by modules/limit), a bad value is refused with what is wrong
+// and changes nothing, and an operator sees only the tenants they reach,
+// without the change forms.
+func TestLimitsPage(t *testing.T) {
+	c := newConsole(t)
+	ctx := context.Background()
+	a, b := c.tenant(t, "alpha"), c.tenant(t, "bravo")
+	const pw = "correct horse battery"
+	c.user(t, "admin@fleet.test", auth.Admin, pw)
+	op := c.user(t, "operator@fleet.test", auth.Operator, pw)
+	c.grant(t, op, a)
+	admin, oper := browserless(), browserless()
+	c.enrolled(t, admin, "admin@fleet.test", pw)
+	c.enrolled(t, oper, "operator@fleet.test", pw)
+
+	res, _ := do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"alpha"}, "name": {"run_time"}, "value": {"45m"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"global"}, "name": {"run_time"}, "value": {"30m"}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, body := do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"bravo"}, "name": {"crawl_pages_day"}, "value": {"lots"}})
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	require.Contains(t, body, `Crawl pages per day (UTC): &#34;lots&#34; is not a whole number`)
+	l, err := limit.Load(ctx, c.d.App, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, map[limit.Name]int64{limit.RunTime: 2700}, l.Tenant)
+	require.Equal(t, map[limit.Name]int64{limit.RunTime: 1800}, l.Global)
+	lb, err := limit.Load(ctx, c.d.App, b.ID)
+	require.NoError(t, err)
+	require.Empty(t, lb.Tenant, "the refused value changed nothing")
+
+	res, body = do(t, admin, "GET", c.srv.URL+"/limits", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="limits-bravo"`)
+	require.Contains(t, body, `action="/admin/limits"`)
+	require.Regexp(t, `data-testid="alpha-run_time">(?s:.*?)data-testid="value">\s*45m0s\s*<(?s:.*?)data-testid="effective">\s*30m0s\s*<span class="small muted">\(global\)`, body)
+
+	res, body = do(t, oper, "GET", c.srv.URL+"/limits", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="limits-alpha"`)
+	require.NotContains(t, body, `data-testid="limits-bravo"`)
+	require.NotContains(t, body, `action="/admin/limits"`)
+	res, _ = do(t, oper, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"alpha"}, "name": {"run_time"}, "value": {"none"}})
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+}
