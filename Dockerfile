@@ -47,7 +47,9 @@ RUN groupadd --system --gid 10001 fleetwright \
 
 COPY --from=build /out/fleetwright /usr/local/bin/fleetwright
 
-# Chromium (agent role) writes its profile and caches under HOME and XDG.
+# Chromium (agent role) writes its profile and caches under HOME and XDG. It
+# runs as this non-root user with its sandbox (user namespaces; see
+# docs/DEPLOY.md for the seccomp profile), driven over a pipe, no port.
 ENV HOME=/var/lib/fleetwright \
     XDG_CONFIG_HOME=/var/lib/fleetwright/.config \
     XDG_CACHE_HOME=/var/lib/fleetwright/.cache

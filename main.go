@@ -196,6 +196,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "assistant":
 		o.assistant.Listen, o.assistant.StateDir, o.assistant.Out = o.listen, o.agent.StateDir, stdout
 		o.assistant.Panel, o.assistant.TokenFile, o.assistant.Build = o.agent.PanelURL, o.agent.TokenFile, version
+		o.assistant.BrowserUser, o.assistant.BrowserNoSandbox = o.agent.BrowserUser, o.agent.BrowserNoSandbox
+		o.assistant.PanelCAFile = o.agent.PanelCAFile
 		if !s.Given("listen") {
 			o.assistant.Listen = assistant.DefaultListen
 		}

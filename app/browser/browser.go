@@ -11,9 +11,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
-	"regexp"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/cdp"
 	"github.com/go-rod/rod/lib/launcher"
 	"github.com/go-rod/rod/lib/launcher/flags"
 	"github.com/go-rod/rod/lib/proto"
@@ -34,11 +36,19 @@ const DefaultBinary = "/usr/bin/chromium"
 // EnvBinary overrides the binary path when Options.Binary is empty.
 const EnvBinary = "FLEET_CHROMIUM"
 
+// EnvUser names the unprivileged user Chromium runs as when this process is
+// root, when Options.User is empty.
+const EnvUser = "FLEET_BROWSER_USER"
+
+// DefaultUser is that user when neither Options.User nor $FLEET_BROWSER_USER
+// names one: it exists on every Debian system.
+const DefaultUser = "nobody"
+
 // BaseFlags are the switches every launch carries, besides --headless, a
-// fresh --user-data-dir and --remote-debugging-port=0. They keep Chromium
-// from phoning home, updating itself or needing a GPU or /dev/shm.
+// fresh --user-data-dir and --remote-debugging-pipe. They keep Chromium
+// from phoning home, updating itself or needing a GPU or /dev/shm. Chromium's
+// sandbox stays on: there is no --no-sandbox here (see Options.NoSandbox).
 var BaseFlags = []string{
-	"no-sandbox",
 	"disable-gpu",
 	"disable-quic",
 	"disable-background-networking",
@@ -68,16 +78,38 @@ type Options struct {
 	Timezone string
 	// Width and Height set the viewport; zero means 1280×800.
 	Width, Height int
-	// UserDataDir, when set, is a persistent profile the caller owns
-	// (created 0700 if missing): Close keeps it. Empty means a fresh
-	// temporary profile that Close removes.
+	// UserDataDir, when set, is a persistent profile the caller keeps
+	// (created 0700 if missing): Close leaves it. When Chromium runs as
+	// another user (this process is root), the profile and everything in it
+	// are handed to that user, and every directory above it must let that
+	// user through, or Launch fails at once naming the one that does not.
+	// Empty means a fresh temporary profile that Close removes.
 	UserDataDir string
 	// Headful shows a window instead of running headless.
 	Headful bool
 	// ExtraFlags are additional switches without the leading dashes
 	// ("name" or "name=value"), for a caller that knows why it needs them.
 	ExtraFlags []string
+	// User is the unprivileged user Chromium runs as when this process is
+	// root (Chromium's sandbox refuses root, and the browser must not hold
+	// the agent's files): empty means $FLEET_BROWSER_USER, then "nobody".
+	// Ignored when not root: Chromium then runs as this process's user.
+	User string
+	// NoSandbox turns Chromium's sandbox off: the escape hatch for a
+	// container that cannot give it user namespaces (--browser-no-sandbox).
+	// Every launch with it logs a warning.
+	NoSandbox bool
+	// Log receives that warning; nil means slog.Default().
+	Log *slog.Logger
+	// StartTimeout bounds how long Chromium may take to answer on its
+	// DevTools pipe; zero means DefaultStartTimeout. Past it, Chromium is
+	// killed and Launch returns its last lines on stderr.
+	StartTimeout time.Duration
 }
+
+// DefaultStartTimeout is Options.StartTimeout's default: a cold Chromium on
+// a loaded machine takes seconds, never a minute.
+const DefaultStartTimeout = 60 * time.Second
 
 // Browser is a running Chromium with its CDP connection. Close kills the
 // whole process group and removes the user-data dir.
@@ -89,9 +121,14 @@ type Browser struct {
 	keepDir bool
 	cmd     *exec.Cmd
 	exited  chan struct{}
+	pipe    *pipe
+	user    runAs
+	stderr  tail
 
 	closeOnce sync.Once
 	closeErr  error
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // ErrNoBinary is returned (wrapped) when the Chromium binary is missing.
@@ -154,15 +191,14 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if err := checkBinary(bin); err != nil {
 		return nil, err
 	}
-	dir, keep := opts.UserDataDir, opts.UserDataDir != ""
-	var err error
-	if keep {
-		err = os.MkdirAll(dir, 0o700)
-	} else {
-		dir, err = os.MkdirTemp("", "fleet-chromium-")
-	}
+	who, err := browserUser(opts)
 	if err != nil {
-		return nil, fmt.Errorf("browser: user-data dir: %w", err)
+		return nil, err
+	}
+	keep := opts.UserDataDir != ""
+	dir, tmp, err := userDataDir(who, opts.UserDataDir)
+	if err != nil {
+		return nil, err
 	}
 	w, h := opts.size()
 
@@ -170,10 +206,12 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	// Replace go-rod's defaults wholesale: exactly our switches, no leakless
 	// helper (the process group is killed by Close), never a download.
 	l.Flags = map[flags.Flag][]string{
-		flags.Bin:                 {bin},
-		flags.UserDataDir:         {dir},
-		flags.RemoteDebuggingPort: {"0"},
-		"window-size":             {strconv.Itoa(w), strconv.Itoa(h)},
+		flags.Bin:         {bin},
+		flags.UserDataDir: {dir},
+		// CDP over two pipes only this process holds, instead of a TCP
+		// port any local process could connect to.
+		"remote-debugging-pipe": nil,
+		"window-size":           {strconv.Itoa(w), strconv.Itoa(h)},
 	}
 	if !opts.Headful {
 		l.Flags[flags.Headless] = nil
@@ -195,31 +233,100 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if al := opts.acceptLanguage(); al != "" {
 		l.Flags["accept-lang"] = []string{al}
 	}
-	if opts.Timezone != "" {
-		l.Flags[flags.Env] = append(os.Environ(), "TZ="+opts.Timezone)
+	if opts.NoSandbox {
+		l.Flags["no-sandbox"] = nil
+		log := opts.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("browser: Chromium runs WITHOUT its sandbox (--browser-no-sandbox): a page that exploits the renderer runs as "+
+			who.name+" with everything that user can read; give the container user namespaces and drop the flag",
+			"binary", bin, "user", who.name)
 	}
+	env, err := browserEnv(who, dir, tmp, opts.Timezone)
+	if err != nil {
+		if !keep {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, err
+	}
+	l.Flags[flags.Env] = env
 
 	// Chromium is started by us, not by go-rod, so it gets the parent-death
 	// signal from unit.StartProcess: a SIGKILLed agent takes its browser
 	// down instead of leaving it running (go-rod's own launch has no such
 	// hook, and its leakless helper is an extra binary).
-	b := &Browser{opts: opts, dataDir: dir, keepDir: keep}
-	u, err := b.start(ctx, l)
-	if err != nil {
-		b.kill()
+	b := &Browser{opts: opts, dataDir: dir, keepDir: keep, user: who}
+	if err := b.start(ctx, l); err != nil {
+		_ = b.kill()
 		return nil, fmt.Errorf("browser: launch %s: %w", bin, err)
 	}
-	rb := rod.New().ControlURL(u)
-	if err := rb.Connect(); err != nil {
-		b.kill()
-		return nil, fmt.Errorf("browser: connect: %w", err)
-	}
-	b.Browser = rb
 	return b, nil
+}
+
+// browserEnv is Chromium's environment: this process's, with the timezone
+// and, for a switched user, a HOME, XDG dirs and TMPDIR of that user's own
+// (it cannot read root's; its caches and crash dumps go under its data dir).
+// The dirs exist and belong to that user before Chromium starts.
+func browserEnv(who runAs, dir, tmp, tz string) ([]string, error) {
+	env := os.Environ()
+	if tz != "" {
+		env = append(env, "TZ="+tz)
+	}
+	if !who.switched {
+		return env, nil
+	}
+	kept := env[:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		// root's session dirs: unusable by the browser's user.
+		if k == "XDG_RUNTIME_DIR" || k == "XDG_DATA_HOME" || k == "XDG_STATE_HOME" {
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	env = kept
+	sub := map[string]string{"XDG_CONFIG_HOME": ".config", "XDG_CACHE_HOME": ".cache", "XDG_DATA_HOME": ".local/share", "XDG_STATE_HOME": ".local/state"}
+	env = append(env, "HOME="+dir, "TMPDIR="+tmp)
+	for _, k := range []string{"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"} {
+		d := filepath.Join(dir, sub[k])
+		if err := mkdirFor(who, dir, d); err != nil {
+			return nil, err
+		}
+		env = append(env, k+"="+d)
+	}
+	return env, nil
+}
+
+// mkdirFor creates d (under base, which who owns) and the dirs between,
+// owned by who.
+func mkdirFor(who runAs, base, d string) error {
+	rel, err := filepath.Rel(base, d)
+	if err != nil {
+		return fmt.Errorf("browser: %s: %w", d, err)
+	}
+	cur := base
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		cur = filepath.Join(cur, part)
+		if err := os.Mkdir(cur, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("browser: %s for %s, who runs Chromium: %w", cur, who.name, err)
+		}
+		if err := os.Lchown(cur, int(who.uid), int(who.gid)); err != nil {
+			return fmt.Errorf("browser: %s for %s, who runs Chromium: %w", cur, who.name, err)
+		}
+	}
+	return nil
 }
 
 // PID is the browser's main process id (also its process group id).
 func (b *Browser) PID() int { return b.pid }
+
+// User is the name of the user Chromium runs as.
+func (b *Browser) User() string { return b.user.name }
+
+// Sandboxed reports whether Chromium runs with its sandbox (always, unless
+// Options.NoSandbox).
+func (b *Browser) Sandboxed() bool { return !b.opts.NoSandbox }
 
 // DataDir is the user-data dir (removed by Close unless Options.UserDataDir set it).
 func (b *Browser) DataDir() string { return b.dataDir }
@@ -312,6 +419,15 @@ func (b *Browser) Close() error {
 			case <-done:
 			case <-time.After(2 * time.Second):
 			}
+			if b.keepDir {
+				// A profile that stays must be written out: Chromium saves
+				// its cookies (sign-ins) and preferences on its way out,
+				// after Browser.close has already answered.
+				select {
+				case <-b.exited:
+				case <-time.After(10 * time.Second):
+				}
+			}
 		}
 		b.closeErr = b.kill()
 	})
@@ -319,22 +435,35 @@ func (b *Browser) Close() error {
 }
 
 func (b *Browser) kill() error {
-	if b.pid > 0 {
-		killGroup(b.pid)
-		select {
-		case <-b.exited:
-		case <-time.After(10 * time.Second):
-			return fmt.Errorf("browser: chromium pid %d did not exit", b.pid)
-		}
-		waitGroupGone(b.pid, 5*time.Second)
-	}
+	err := b.stop()
 	if b.keepDir {
-		return nil
+		return err
 	}
-	if err := os.RemoveAll(b.dataDir); err != nil {
-		return fmt.Errorf("browser: remove user-data dir: %w", err)
+	if rerr := os.RemoveAll(b.dataDir); rerr != nil {
+		return errors.Join(err, fmt.Errorf("browser: remove user-data dir: %w", rerr))
 	}
-	return nil
+	return err
+}
+
+// stop kills Chromium's process group, waits for it to be gone and closes
+// the pipe (which ends go-rod's reader and every call still waiting). Only
+// the first call acts: a pid is never signalled after it was reaped.
+func (b *Browser) stop() error {
+	b.stopOnce.Do(func() {
+		if b.pid > 0 {
+			killGroup(b.pid)
+			select {
+			case <-b.exited:
+			case <-time.After(10 * time.Second):
+				b.stopErr = fmt.Errorf("browser: chromium pid %d did not exit", b.pid)
+			}
+			waitGroupGone(b.pid, 5*time.Second)
+		}
+		if b.pipe != nil {
+			_ = b.pipe.Close()
+		}
+	})
+	return b.stopErr
 }
 
 func killGroup(pid int) {
@@ -388,51 +517,156 @@ func GroupMembers(pgid int) []int {
 	return out
 }
 
-// devtoolsRe finds the DevTools address Chromium prints on its stderr.
-var devtoolsRe = regexp.MustCompile(`DevTools listening on (ws://\S+)`)
-
-// start runs Chromium with the launcher's arguments and returns its DevTools
-// WebSocket address.
-func (b *Browser) start(ctx context.Context, l *launcher.Launcher) (string, error) {
+// start runs Chromium with the launcher's arguments, its DevTools pipes as
+// fds 3 and 4, as the browser's user, and connects go-rod over the pipes.
+func (b *Browser) start(ctx context.Context, l *launcher.Launcher) error {
 	bin := l.Get(flags.Bin)
 	cmd := exec.Command(bin, l.FormatArgs()...)
 	if env, ok := l.GetFlags(flags.Env); ok {
 		cmd.Env = env
 	}
+	cmd.Dir = b.dataDir
+	p, childIn, childOut, err := newPipes()
+	if err != nil {
+		return err
+	}
+	b.pipe = p
+	cmd.ExtraFiles = []*os.File{childIn, childOut} // fd 3: Chromium reads; fd 4: it writes
+	if b.user.switched {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: b.user.uid, Gid: b.user.gid, NoSetGroups: true}}
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return "", err
+		_ = childIn.Close()
+		_ = childOut.Close()
+		return err
 	}
-	if err := unit.StartProcess(cmd, syscall.SIGKILL); err != nil {
-		return "", err
+	err = unit.StartProcess(cmd, syscall.SIGKILL)
+	// Chromium holds its own copies now; ours would keep the pipe open
+	// after Chromium dies, and a read would never see the end.
+	_ = childIn.Close()
+	_ = childOut.Close()
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) && b.user.switched {
+			// exec reports a chdir it could not make as the binary's fault.
+			return fmt.Errorf("%w: %s, who runs Chromium, may not run %s or enter its working dir %s", err, b.user.name, bin, b.dataDir)
+		}
+		return err
 	}
 	b.cmd, b.pid, b.exited = cmd, cmd.Process.Pid, make(chan struct{})
-	found := make(chan string, 1)
 	go func() {
 		// Keep draining stderr for the browser's whole life: a full pipe
-		// would block Chromium.
+		// would block Chromium. The last lines explain a failed start.
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			if m := devtoolsRe.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
+			b.stderr.add(sc.Text())
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		_ = cmd.Wait()
 		close(b.exited)
 	}()
-	select {
-	case u := <-found:
-		return u, nil
-	case <-b.exited:
-		return "", errors.New("chromium exited before it listened for DevTools")
-	case <-ctx.Done():
-		return "", ctx.Err()
-	case <-time.After(60 * time.Second):
-		return "", errors.New("chromium did not listen for DevTools within 60 s")
+
+	// One round trip proves Chromium is up and speaking CDP on the pipe.
+	// go-rod's Connect waits on a context that must outlive the start (its
+	// event loop hangs off it), so the bound is kept here: a Chromium that
+	// neither answers nor exits (a profile it cannot use, a sandbox that
+	// cannot start) is killed after the timeout, which ends the pipe and
+	// with it every call still waiting.
+	rb := rod.New().Client(cdp.New().Start(p))
+	connected := make(chan error, 1)
+	go func() {
+		err := rb.Connect()
+		if err == nil {
+			_, err = proto.BrowserGetVersion{}.Call(rb)
+		}
+		connected <- err
+	}()
+	limit := b.opts.StartTimeout
+	if limit <= 0 {
+		limit = DefaultStartTimeout
 	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	var cause error
+	exited, answered := false, false
+	select {
+	case err = <-connected:
+		if err == nil {
+			b.Browser = rb
+			return nil
+		}
+		cause, answered = err, true
+		// A closed pipe mostly means Chromium exited: let it be reaped, so
+		// that its status and last words are complete.
+		select {
+		case <-b.exited:
+			exited = true
+		case <-time.After(2 * time.Second):
+		}
+	case <-b.exited:
+		exited = true
+	case <-timer.C:
+		cause = fmt.Errorf("chromium did not answer on its DevTools pipe within %s and was killed", limit)
+	case <-ctx.Done():
+		cause = ctx.Err()
+	}
+	_ = b.stop()
+	if !answered {
+		<-connected // the pipe is closed: Connect returns
+	}
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return fmt.Errorf("start interrupted: %w", cause)
+	}
+	return b.startError(cause, exited)
+}
+
+// startError explains a failed start: Chromium's exit status and its last
+// lines on stderr, which say why far better than the pipe can.
+func (b *Browser) startError(cause error, exited bool) error {
+	msg := "chromium"
+	if exited {
+		msg += " exited during its start (" + b.cmd.ProcessState.String() + ")"
+		if cause != nil {
+			msg += ": " + cause.Error()
+		}
+	} else {
+		msg = cause.Error()
+	}
+	last := b.stderr.lines()
+	if len(last) > 0 {
+		msg += "; its last words: " + strings.Join(last, " | ")
+	}
+	if strings.Contains(strings.Join(last, "\n"), "sandbox") {
+		msg += " — Chromium's sandbox needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; " +
+			"in a container, a seccomp profile that allows them); only where that is impossible, run with --browser-no-sandbox"
+	}
+	if b.user.switched {
+		msg += " (Chromium ran as " + b.user.name + ", with its profile in " + b.dataDir + ")"
+	}
+	return errors.New(msg)
+}
+
+// tail keeps the last lines Chromium wrote on stderr.
+type tail struct {
+	mu   sync.Mutex
+	last []string
+}
+
+func (t *tail) add(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(line) > 300 {
+		line = line[:300]
+	}
+	t.last = append(t.last, line)
+	if len(t.last) > 6 {
+		t.last = t.last[len(t.last)-6:]
+	}
+}
+
+func (t *tail) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.last...)
 }

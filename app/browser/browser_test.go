@@ -110,13 +110,19 @@ func TestBinaryFromEnvironment(t *testing.T) {
 }
 
 func TestCancelledStartLeavesNothing(t *testing.T) {
-	before, _ := filepath.Glob(filepath.Join(os.TempDir(), "fleet-chromium-*"))
+	// A TMPDIR of its own: other test binaries launch Chromium in /tmp
+	// at the same time.
+	tmp, err := os.MkdirTemp("", "fleet-cancel-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	require.NoError(t, browser.PrepareTmpDir(tmp))
+	t.Setenv("TMPDIR", tmp)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := browser.Launch(ctx, browser.Options{})
+	_, err = browser.Launch(ctx, browser.Options{})
 	require.Error(t, err)
-	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "fleet-chromium-*"))
-	require.Equal(t, len(before), len(after), "a failed launch removes its data dir")
+	left, _ := filepath.Glob(filepath.Join(tmp, "fleet-chromium-*"))
+	require.Empty(t, left, "a failed launch removes its data dir")
 }
 
 // TestChromiumDiesWithItsParent: a process that launched Chromium is killed

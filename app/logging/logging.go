@@ -77,7 +77,9 @@ func New(w io.Writer, opts Options) *slog.Logger {
 	return slog.New(NewHandler(w, opts))
 }
 
-// NewHandler returns the redacting handler around slog's text or JSON handler.
+// NewHandler returns the redacting handler around slog's text or JSON
+// handler, holding back exact repeats of warnings and errors for
+// RepeatWindow (Repeats).
 func NewHandler(w io.Writer, opts Options) slog.Handler {
 	ho := &slog.HandlerOptions{Level: opts.Level}
 	var inner slog.Handler
@@ -86,7 +88,7 @@ func NewHandler(w io.Writer, opts Options) slog.Handler {
 	} else {
 		inner = slog.NewTextHandler(w, ho)
 	}
-	return &Handler{inner: inner, reg: defaultRegistry}
+	return Repeats(&Handler{inner: inner, reg: defaultRegistry}, RepeatWindow, nil)
 }
 
 // Handler redacts secrets and delegates to an inner handler.

@@ -99,6 +99,24 @@ func Dir(t testing.TB) string {
 	return baseDir
 }
 
+// SharedTempDir is t.TempDir for a directory another system user must reach
+// below: a new directory under Dir that others may enter but not list
+// (0711, root's), whose parents every user may enter, removed when the test
+// ends. Chromium runs as an unprivileged user when the tests run as root
+// (app/browser), and a persistent profile under a t.TempDir is out of its
+// reach: t.TempDir's parent is private to root.
+func SharedTempDir(t testing.TB) string {
+	d, err := os.MkdirTemp(Dir(t), "t-")
+	if err == nil {
+		err = os.Chmod(d, 0o711)
+	}
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
 func startPostgres(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -82,6 +82,9 @@ type WorkerEnv struct {
 	Browsers chan struct{}
 	// Crawl routes page tasks to crawler workers (KindCrawler).
 	Crawl *crawlHub
+	// BrowserUser and BrowserNoSandbox are Config's, for every launch.
+	BrowserUser      string
+	BrowserNoSandbox bool
 	// Event reports an event to the panel (kept across reconnects).
 	Event func(wire.Event)
 	Clock clock.Clock
@@ -137,6 +140,13 @@ type Config struct {
 	// BrowserSlots bounds the Chromium processes the agent runs at once
 	// (--browser-slots, FLEET_AGENT_BROWSER_SLOTS, default 2).
 	BrowserSlots int
+	// BrowserUser is the unprivileged user Chromium runs as when the agent
+	// runs as root (--browser-user, FLEET_BROWSER_USER; default "nobody").
+	BrowserUser string
+	// BrowserNoSandbox turns Chromium's sandbox off, for a container that
+	// cannot give it user namespaces (--browser-no-sandbox); every browser
+	// start then logs a warning.
+	BrowserNoSandbox bool
 }
 
 func (c *Config) defaults() {
@@ -309,15 +319,18 @@ func (c *Config) Register(s *config.Set) {
 	role := config.Roles("agent")
 	enrol := config.Roles("agent", "assistant")
 	s.String(&c.PanelURL, "panel", "FLEET_PANEL", "", "the panel's URL: https://host[:port] (the agent dials wss://…/agent/ws) or the wss://…/agent/ws endpoint itself; http:// and ws:// only on loopback (the assistant, when enrolled)", enrol)
-	s.String(&c.PanelCAFile, "panel-ca-file", "FLEET_PANEL_CA_FILE", "", "PEM file of the private CA that signs the panel's certificate; when set, only it is trusted", role)
+	s.String(&c.PanelCAFile, "panel-ca-file", "FLEET_PANEL_CA_FILE", "", "PEM file of the private CA that signs the panel's certificate; when set, only it is trusted", enrol)
 	s.String(&c.TokenFile, "token-file", "FLEET_TOKEN_FILE", "", "file holding the agent's token (mode 0600; the token never goes on a command line); an enrolled assistant's too", enrol)
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
+	s.String(&c.BrowserUser, "browser-user", "FLEET_BROWSER_USER", "", "when the agent or assistant runs as root: the unprivileged user Chromium runs as (empty: nobody)", config.Roles("agent", "assistant"))
+	s.Bool(&c.BrowserNoSandbox, "browser-no-sandbox", "FLEET_BROWSER_NO_SANDBOX", false, "run Chromium WITHOUT its sandbox: only for a container that cannot give it user namespaces; warns at every start", config.Roles("agent", "assistant"))
 	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "agent reset-state", "assistant"))
 }
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers, Crawl: a.crawl,
+		BrowserUser: a.cfg.BrowserUser, BrowserNoSandbox: a.cfg.BrowserNoSandbox,
 		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock}
 }
 

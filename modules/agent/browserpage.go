@@ -45,7 +45,8 @@ func BrowserOptions(env WorkerEnv) (browser.Options, error) {
 		}
 	}
 	return browser.Options{UserAgent: t.UserAgent, Language: t.Language.Tag, AcceptLanguage: strings.Join(langs, ","),
-		Timezone: t.Timezone, Width: t.Profile.ViewportWidth, Height: t.Profile.ViewportHeight}, nil
+		Timezone: t.Timezone, Width: t.Profile.ViewportWidth, Height: t.Profile.ViewportHeight,
+		User: env.BrowserUser, NoSandbox: env.BrowserNoSandbox, Log: env.Log}, nil
 }
 
 // openPage takes a browser slot (waiting for one), launches Chromium and

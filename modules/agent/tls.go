@@ -14,6 +14,11 @@ import (
 // CA file it trusts the system's roots; with one, only the certificates in
 // that file, so a private CA (Caddy's "tls internal") works without touching
 // the host's trust store and a public CA cannot stand in for the panel.
+// PanelClient is the HTTP client that dials the panel: TLS 1.2 or later,
+// only the CAs of caFile when set (--panel-ca-file), and no redirect (one
+// could carry the token to another host). The enrolled assistant uses it too.
+func PanelClient(caFile string) (*http.Client, error) { return panelClient(caFile) }
+
 func panelClient(caFile string) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -26,14 +26,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetwright/fleetwright/app/browser"
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/assistant/browse"
 	"github.com/fleetwright/fleetwright/modules/assistant/model"
 	"github.com/fleetwright/fleetwright/modules/assistant/store"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // DefaultListen is the UI's address when --listen is not given.
@@ -53,7 +56,12 @@ type Config struct {
 	Attach    string
 	Headful   bool
 	Chromium  string
-	Limits    store.Limits
+	// BrowserUser is the unprivileged user a launched Chromium runs as when
+	// the assistant runs as root (empty: $FLEET_BROWSER_USER, then nobody);
+	// BrowserNoSandbox is the escape hatch that turns its sandbox off.
+	BrowserUser      string
+	BrowserNoSandbox bool
+	Limits           store.Limits
 	// EgressAllow and EgressPorts widen the egress guard for pages: CIDR
 	// ranges admitted although special-purpose, and destination ports
 	// besides 80 and 443 (a loopback Demo Studio needs both).
@@ -63,7 +71,11 @@ type Config struct {
 	// connects like an agent, reports its tasks and obeys the panel's pause.
 	Panel     string
 	TokenFile string
-	Build     string
+	// PanelCAFile is a private CA that signs the panel's certificate.
+	PanelCAFile string
+	// AcceptPanelTasks lets operators start tasks from the console.
+	AcceptPanelTasks bool
+	Build            string
 	// ReportEvery is how often an enrolled assistant reports (default 2 s).
 	ReportEvery time.Duration
 	RiskySettle time.Duration
@@ -89,6 +101,7 @@ func (c *Config) Register(s *config.Set) {
 	s.Bool(&c.Headful, "headful", "FLEET_ASSISTANT_HEADFUL", false, "assistant: show the launched browser's window", role)
 	s.List(&c.EgressAllow, "egress-allow", "FLEET_EGRESS_ALLOW", "assistant: admit this CIDR range or address for pages although it is special-purpose (repeatable or comma-separated; e.g. 127.0.0.1/32 for a local Demo Studio)", role)
 	s.List(&c.EgressPorts, "egress-port", "FLEET_EGRESS_PORTS", "assistant: allowed destination port for pages (repeatable; default 80 and 443)", role)
+	s.Bool(&c.AcceptPanelTasks, "accept-panel-tasks", "FLEET_ASSISTANT_ACCEPT_PANEL_TASKS", false, "assistant: when enrolled, take tasks operators start from the console (they run behind the same approval gate, on this machine)", role)
 	s.Int(&c.Limits.Steps, "task-max-steps", "FLEET_ASSISTANT_TASK_MAX_STEPS", 60, "assistant: steps per task (0: none)", role)
 	s.Int(&c.Limits.Tokens, "task-max-tokens", "FLEET_ASSISTANT_TASK_MAX_TOKENS", 400000, "assistant: model tokens per task (0: none)", role)
 	s.Float(&c.Limits.CostUSD, "task-max-cost", "FLEET_ASSISTANT_TASK_MAX_COST", 1, "assistant: spend per task in USD on a priced endpoint (0: none)", role)
@@ -110,6 +123,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("assistant: --listen %s is not a loopback address: the assistant's UI listens on 127.0.0.1 or ::1 only", cfg.Listen)
+	}
+	// The panel's address, token and CA are checked before anything starts:
+	// a cleartext panel off this machine is refused at once.
+	var (
+		panelWS   string
+		panelTok  wire.Secret
+		panelHTTP *http.Client
+	)
+	if cfg.Panel != "" {
+		if cfg.TokenFile == "" {
+			return errors.New("assistant: --panel needs --token-file (the token the panel issued for this assistant)")
+		}
+		if panelWS, err = wsURL(cfg.Panel); err != nil {
+			return err
+		}
+		if panelTok, err = readToken(cfg.TokenFile); err != nil {
+			return err
+		}
+		if panelHTTP, err = agent.PanelClient(cfg.PanelCAFile); err != nil {
+			return fmt.Errorf("assistant: %w", err)
+		}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -139,7 +173,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Attach == "" {
+		// As root, Chromium runs as the browser's user, and its profile
+		// lives under the state dir: that user must be let through it.
+		if err := browser.LetThrough(cfg.StateDir, cfg.BrowserUser); err != nil {
+			return fmt.Errorf("assistant: --state-dir: %w", err)
+		}
+	}
 	bo := browse.Options{Attach: cfg.Attach, Profile: filepath.Join(cfg.StateDir, "profile"), Binary: cfg.Chromium, Headful: cfg.Headful,
+		User: cfg.BrowserUser, NoSandbox: cfg.BrowserNoSandbox, Log: log,
 		Check: func(ctx context.Context, hostport string) error {
 			_, err := guard.Check(ctx, "tcp", hostport)
 			return err
@@ -172,23 +214,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var enr *enroller
 	if cfg.Panel != "" {
-		if cfg.TokenFile == "" {
-			return errors.New("assistant: --panel needs --token-file (the token the panel issued for this assistant)")
-		}
-		u, err := wsURL(cfg.Panel)
-		if err != nil {
-			return err
-		}
-		tok, err := readToken(cfg.TokenFile)
-		if err != nil {
-			return err
-		}
 		host, _ := os.Hostname()
 		every := cfg.ReportEvery
 		if every <= 0 {
 			every = 2 * time.Second
 		}
-		enr = &enroller{r: r, wsURL: u, token: tok, build: cfg.Build, host: host, every: every, model: cfg.ModelKind + " " + cfg.Model}
+		enr = &enroller{r: r, wsURL: panelWS, token: panelTok, build: cfg.Build, host: host, every: every, model: cfg.ModelKind + " " + cfg.Model,
+			client: panelHTTP, acceptTasks: cfg.AcceptPanelTasks}
+		if ok, err := r.mayEnrol(ctx, enr.fingerprint()); err != nil {
+			return err
+		} else if !ok {
+			enr = nil
+		}
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -115,8 +115,8 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 		if _, ok := ru.task.Tabs[a.Name]; ok {
 			return outcome{}, fmt.Errorf("a tab named %s is already open: switch_tab to it", a.Name)
 		}
-		if l := ru.task.Limits.Tabs; l > 0 && len(ru.task.Tabs) >= l {
-			return outcome{status: store.StatusStopped, reason: fmt.Sprintf("limit reached: open tabs (%d of %d)", len(ru.task.Tabs), l), result: "the tab limit stops the task"}, nil
+		if l, note := r.tabLimit(ctx, ru); l > 0 && len(ru.task.Tabs) >= l {
+			return outcome{status: store.StatusStopped, reason: fmt.Sprintf("limit reached: open tabs (%d of %d%s)", len(ru.task.Tabs), l, note), result: "the tab limit stops the task"}, nil
 		}
 		if v := gate.Navigate(a.URL, ru.policy); v.Risky {
 			ok, o := r.hold(ctx, ru, Action{Kind: "open_tab", Tab: a.Name, Target: a.URL, Text: "open a tab at " + a.URL, Reasons: v.Reasons}, nil)

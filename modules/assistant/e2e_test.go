@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,15 +32,16 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 type fixture struct {
 	*eval.Harness
-	model *stub.Server
-	log   *testenv.SyncBuffer
+	model    *stub.Server
+	modelURL string
+	log      *testenv.SyncBuffer
 }
 
 // start runs a Demo Studio, the outside server on 127.0.0.2, the scripted
 // model and an assistant with Chromium, all real, over loopback.
 func start(t *testing.T, sc stub.Script, mutate func(*assistant.Config)) *fixture {
 	t.Helper()
-	dir := t.TempDir() // removed after the assistant (cleanups run last first)
+	dir := testenv.SharedTempDir(t) // removed after the assistant (cleanups run last first)
 	h, err := eval.StartStudio()
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
@@ -52,7 +54,7 @@ func start(t *testing.T, sc stub.Script, mutate func(*assistant.Config)) *fixtur
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	f := &fixture{Harness: h, model: m, log: &testenv.SyncBuffer{}}
+	f := &fixture{Harness: h, model: m, modelURL: ms.URL, log: &testenv.SyncBuffer{}}
 	log := testLogger(f.log)
 	require.NoError(t, h.StartAssistant(context.Background(), cfg, log))
 	return f
@@ -467,4 +469,46 @@ func TestEditedValuesAndTheLabelDecision(t *testing.T) {
 	_, page, err = f.Get("/tasks/" + itoa(id2))
 	require.NoError(t, err)
 	require.Contains(t, page, "Label removed: the studio page marks AI posts itself")
+}
+
+// As root, the assistant's Chromium runs as an unprivileged user (app/browser)
+// and its persistent profile lives under --state-dir: a state dir that user
+// cannot reach is refused at once, naming the directory in the way and what
+// to do, instead of a browser that never answers. The state dir itself is
+// opened to it (enter, not list) by the assistant. Not root: Chromium runs
+// as this user and the assistant starts.
+func TestStateDirOutOfTheBrowserUsersReach(t *testing.T) {
+	private := t.TempDir() // its parent is root's, mode 0700
+	state := filepath.Join(private, "state")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ready := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- assistant.Run(ctx, assistant.Config{Listen: "127.0.0.1:0", StateDir: state, Model: "stub", ModelURL: "http://127.0.0.1:9",
+			Out: io.Discard, Ready: ready}, testLogger(io.Discard))
+	}()
+	select {
+	case err := <-errc:
+		require.Equal(t, 0, os.Geteuid(), "only root's browser user can be out of reach: %v", err)
+		require.ErrorContains(t, err, "assistant: --state-dir: browser: nobody, who runs Chromium because this process is root, cannot reach "+state)
+		require.ErrorContains(t, err, filepath.Dir(private)+" (mode 0700, owner root) does not let it through")
+		require.ErrorContains(t, err, "chmod o+x")
+	case <-ready:
+		require.NotEqual(t, 0, os.Geteuid(), "as root the state dir under a private dir must be refused")
+		cancel()
+		require.NoError(t, <-errc)
+	}
+
+	// Under a directory the browser's user may enter, the assistant opens
+	// its state dir to that user (o+x, never o+r) and hands it the profile.
+	if os.Geteuid() == 0 {
+		f := start(t, stub.Script{}, nil)
+		fi, err := os.Stat(f.StateDir)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o701), fi.Mode().Perm())
+		fi, err = os.Stat(filepath.Join(f.StateDir, "profile"))
+		require.NoError(t, err)
+		require.NotEqual(t, uint32(0), fi.Sys().(*syscall.Stat_t).Uid, "the profile is the browser user's")
+	}
 }

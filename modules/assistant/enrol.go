@@ -2,10 +2,13 @@ package assistant
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/assistant/store"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -32,6 +36,10 @@ type enroller struct {
 	host  string
 	every time.Duration
 	model string
+	// client dials the panel (a private CA from --panel-ca-file; no redirects).
+	client *http.Client
+	// acceptTasks: the person allows tasks started from the console.
+	acceptTasks bool
 
 	connected atomic.Bool
 }
@@ -56,22 +64,61 @@ func readToken(path string) (wire.Secret, error) {
 	return wire.NewSecret(t), nil
 }
 
+// wsURL is the panel's agent endpoint. The token travels in the hello, so
+// a cleartext panel (http://, ws://) is refused unless it is this machine.
 func wsURL(panel string) (string, error) {
-	switch {
-	case strings.HasPrefix(panel, "http://"):
-		return "ws://" + strings.TrimSuffix(strings.TrimPrefix(panel, "http://"), "/") + "/agent/ws", nil
-	case strings.HasPrefix(panel, "https://"):
-		return "wss://" + strings.TrimSuffix(strings.TrimPrefix(panel, "https://"), "/") + "/agent/ws", nil
+	if u, err := url.Parse(strings.TrimSpace(panel)); err == nil && (u.Scheme == "http" || u.Scheme == "ws") && u.Hostname() != "" &&
+		!agent.IsLoopbackHost(u.Hostname()) {
+		return "", fmt.Errorf("assistant: --panel %s is cleartext (%s://) to %s, which is not this machine: the assistant's token and its reports would cross the network readable; use https:// or wss:// (cleartext is accepted only on loopback)",
+			u.Redacted(), u.Scheme, u.Hostname())
 	}
-	return "", fmt.Errorf("assistant: --panel %q must be an http(s):// URL", panel)
+	s, err := agent.WebSocketURL(panel)
+	if err != nil {
+		return "", fmt.Errorf("assistant: %w", err)
+	}
+	return s, nil
 }
 
+// retireAfter is how many "unknown token" answers in a row, from the
+// panel installation that welcomed this assistant before, retire it (its
+// agent was deleted without a tombstone): the agent's rule.
+const retireAfter = 20
+
+// rejected is the panel's refusal of the hello.
+type rejected struct{ wire.Reject }
+
+func (r rejected) Error() string {
+	return fmt.Sprintf("the panel refused the assistant: %s: %s", r.Reason, r.Message)
+}
+
+// errRetired ends the enrolment for good (see retire).
+type errRetired struct{ reason string }
+
+func (e errRetired) Error() string { return "retired by the panel: " + e.reason }
+
 func (e *enroller) run(ctx context.Context) {
-	attempt := 0
+	attempt, unknown := 0, 0
 	for {
 		welcomed, err := e.session(ctx)
 		e.connected.Store(false)
 		if ctx.Err() != nil {
+			return
+		}
+		var rej rejected
+		switch {
+		case errors.As(err, &rej) && rej.Reason == wire.RejectRetired:
+			err = errRetired{"the panel answers that this assistant's agent was deleted"}
+		case errors.As(err, &rej) && rej.Reason == wire.RejectUnknownToken &&
+			rej.InstallationID != "" && rej.InstallationID == e.r.setting(ctx, keyPanelInstallation, ""):
+			if unknown++; unknown >= retireAfter {
+				err = errRetired{fmt.Sprintf("the panel that enrolled it answered %d times in a row that it does not know its token", unknown)}
+			}
+		case errors.As(err, &rej) || welcomed:
+			unknown = 0 // another answer breaks the run (a failed dial is no answer)
+		}
+		var ret errRetired
+		if errors.As(err, &ret) {
+			e.r.retire(ctx, ret.reason, e.fingerprint())
 			return
 		}
 		if welcomed {
@@ -79,6 +126,7 @@ func (e *enroller) run(ctx context.Context) {
 		}
 		attempt++
 		pause := time.Duration(1<<min(attempt, 6)) * time.Second // 2 s … 64 s
+		e.r.setPanelState("disconnected from the panel: " + err.Error())
 		e.r.Log.Warn("assistant: disconnected from the panel; reconnecting", "err", err, "retry_in", pause)
 		select {
 		case <-ctx.Done():
@@ -86,6 +134,13 @@ func (e *enroller) run(ctx context.Context) {
 		case <-e.r.Clock.After(pause):
 		}
 	}
+}
+
+// fingerprint names the token without revealing it (the retirement mark
+// keeps it, so a new token enrols again and the retired one never does).
+func (e *enroller) fingerprint() string {
+	h := sha256.Sum256([]byte(e.token.Reveal()))
+	return hex.EncodeToString(h[:8])
 }
 
 type wsSession struct {
@@ -117,7 +172,8 @@ func (s *wsSession) read(ctx context.Context) (wire.Frame, error) {
 func (e *enroller) session(ctx context.Context) (bool, error) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(dctx, e.wsURL, &websocket.DialOptions{HTTPHeader: http.Header{"User-Agent": {"fleetwright-assistant/" + e.build}}})
+	conn, _, err := websocket.Dial(dctx, e.wsURL, &websocket.DialOptions{HTTPClient: e.client,
+		HTTPHeader: http.Header{"User-Agent": {"fleetwright-assistant/" + e.build}}})
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", e.wsURL, err)
 	}
@@ -134,13 +190,20 @@ func (e *enroller) session(ctx context.Context) (bool, error) {
 	}
 	switch m := f.Message.(type) {
 	case wire.Reject:
-		return false, fmt.Errorf("the panel refused the assistant: %s: %s", m.Reason, m.Message)
+		return false, rejected{m}
 	case wire.Welcome:
 		if m.Version < wire.V4 {
 			return false, fmt.Errorf("the panel chose protocol %d; enrolment needs 4", m.Version)
 		}
 		s.version = m.Version
+		if err := e.r.St.SetSetting(ctx, keyPanelInstallation, m.InstallationID); err != nil {
+			return false, err
+		}
+		if err := e.r.setPanelLimits(ctx, m.AssistantLimits); err != nil {
+			return false, err
+		}
 		e.r.setPanelPause(ctx, m.Config.Paused, "paused by the panel")
+		e.r.setPanelState("enrolled in the panel (agent " + m.AgentID + ")")
 		e.r.Log.Info("assistant: enrolled in the panel", "agent_id", m.AgentID, "protocol", m.Version)
 	default:
 		return false, fmt.Errorf("expected welcome, got %s", f.Type)
@@ -183,7 +246,15 @@ func (e *enroller) reader(ctx context.Context, s *wsSession) error {
 			continue
 		case wire.Configure:
 			id = m.CommandID
+			if err := e.r.setPanelLimits(ctx, m.AssistantLimits); err != nil {
+				ok, msg = false, err.Error()
+			}
 			e.r.setPanelPause(ctx, m.Config.Paused, "paused by the panel")
+		case wire.AssistantTaskStart:
+			id = m.CommandID
+			if err := e.panelTask(ctx, m); err != nil {
+				ok, msg = false, err.Error()
+			}
 		case wire.Pause:
 			id = m.CommandID
 			e.r.setPanelPause(ctx, true, "paused by the panel: "+m.Reason)
@@ -197,7 +268,11 @@ func (e *enroller) reader(ctx context.Context, s *wsSession) error {
 		case wire.Retire:
 			id = m.CommandID
 			_ = s.send(ctx, wire.CommandResult{CommandID: id, OK: true})
-			return errors.New("the panel retired this assistant: it works alone until it is enrolled again")
+			reason := "the panel retired it"
+			if m.Reason != "" {
+				reason += ": " + m.Reason
+			}
+			return errRetired{reason}
 		case wire.Error:
 			return fmt.Errorf("the panel reported a protocol error: %s %s", m.Code, m.Message)
 		default:

@@ -31,7 +31,7 @@ func TestKilledBetweenClickAndRecordPublishesOnce(t *testing.T) {
 	m := stub.New(stub.Scripts["post"], nil)
 	ms := httptest.NewServer(m.Handler())
 	defer ms.Close()
-	dir := t.TempDir()
+	dir := testenv.SharedTempDir(t)
 	args := []string{"--role=assistant", "--listen=127.0.0.1:0", "--state-dir=" + dir, "--model-url=" + ms.URL, "--model=stub",
 		"--egress-allow=127.0.0.1/32", "--egress-port=" + eval.Port(h.StudioURL)}
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +62,8 @@ type Runner struct {
 	// assistant's); panelReason says which.
 	panelPaused atomic.Bool
 	panelReason string
+	// panelState describes the enrolment for the UI.
+	panelState string
 }
 
 type decision struct {
@@ -158,6 +159,11 @@ func (r *Runner) Wake() {
 
 // Submit records a new task and queues it.
 func (r *Runner) Submit(ctx context.Context, goal string, urls []string, lim *store.Limits) (int64, error) {
+	return r.submit(ctx, goal, urls, lim, "")
+}
+
+// submit records a task, with who gave it when not the person (origin).
+func (r *Runner) submit(ctx context.Context, goal string, urls []string, lim *store.Limits, origin string) (int64, error) {
 	goal = strings.TrimSpace(goal)
 	if goal == "" {
 		return 0, errors.New("assistant: the task needs a goal")
@@ -177,6 +183,11 @@ func (r *Runner) Submit(ctx context.Context, goal string, urls []string, lim *st
 	id, err := r.St.CreateTask(ctx, goal, urls, r.ModelName, l, r.Clock.Now())
 	if err != nil {
 		return 0, err
+	}
+	if origin != "" {
+		if err := r.St.SetOrigin(ctx, id, origin); err != nil {
+			return 0, err
+		}
 	}
 	r.Wake()
 	return id, nil
@@ -479,46 +490,6 @@ func (r *Runner) end(ctx context.Context, ru *run, status, reason string) {
 		r.Log.Error("assistant: end task", "task", ru.task.ID, "err", err)
 	}
 	r.Log.Info("assistant: task ended", "task", ru.task.ID, "status", status, "reason", scrub(reason, ru.secrets))
-}
-
-// limits returns the effective limits: the lowest non-zero of the task's
-// and the person's global ones.
-func (r *Runner) limit(ctx context.Context, ru *run) (string, error) {
-	t, err := r.St.Task(ctx, ru.task.ID)
-	if err != nil {
-		return "", err
-	}
-	l := ru.task.Limits
-	if l.Steps > 0 && t.Steps >= l.Steps {
-		return fmt.Sprintf("limit reached: steps (%d of %d)", t.Steps, l.Steps), nil
-	}
-	if l.Tokens > 0 && t.TokensIn+t.TokensOut >= l.Tokens {
-		return fmt.Sprintf("limit reached: model tokens (%d of %d)", t.TokensIn+t.TokensOut, l.Tokens), nil
-	}
-	if l.CostUSD > 0 && float64(t.CostMicro)/1e6 >= l.CostUSD {
-		return fmt.Sprintf("limit reached: spend ($%.4f of $%.4f)", float64(t.CostMicro)/1e6, l.CostUSD), nil
-	}
-	if l.WallTime > 0 {
-		if el := ru.prior + r.Clock.Since(ru.started); el >= l.WallTime {
-			return fmt.Sprintf("limit reached: wall time (%s of %s)", el.Round(time.Millisecond), l.WallTime), nil
-		}
-	}
-	now := r.Clock.Now()
-	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, now.Location())
-	u, err := r.St.UsageSince(ctx, day)
-	if err != nil {
-		return "", err
-	}
-	if n, _ := strconv.Atoi(r.setting(ctx, keyDayTokens, "0")); n > 0 && u.Tokens >= n {
-		return fmt.Sprintf("limit reached: model tokens today (%d of %d)", u.Tokens, n), nil
-	}
-	if n, _ := strconv.Atoi(r.setting(ctx, keyDaySteps, "0")); n > 0 && u.Steps >= n {
-		return fmt.Sprintf("limit reached: steps today (%d of %d)", u.Steps, n), nil
-	}
-	if c, _ := strconv.ParseFloat(r.setting(ctx, keyDayCost, "0"), 64); c > 0 && float64(u.CostMicro)/1e6 >= c {
-		return fmt.Sprintf("limit reached: spend today ($%.4f of $%.4f)", float64(u.CostMicro)/1e6, c), nil
-	}
-	return "", nil
 }
 
 func (r *Runner) stopRequested(id int64) bool {

@@ -173,7 +173,7 @@ func (u *ui) home(w http.ResponseWriter, r *http.Request) {
 	}
 	mode, reason, _ := u.r.Caller.Mode(ctx, u.r.ModelName)
 	views.Render(w, r, http.StatusOK, homePage(HomeModel{Tasks: ts, Approvals: as, Paused: u.r.setting(ctx, keyPaused, "") == "1",
-		Endpoint: u.endpoint, Model: u.r.ModelName, Mode: mode + " (" + reason + ")"}))
+		Endpoint: u.endpoint, Model: u.r.ModelName, Mode: mode + " (" + reason + ")", Panel: u.r.PanelState(), PanelLimits: u.r.PanelLimits(ctx)}))
 }
 
 func (u *ui) tasksFragment(w http.ResponseWriter, r *http.Request) {
@@ -485,6 +485,7 @@ type TaskJSON struct {
 	Mode       string   `json:"mode"`
 	Tabs       []string `json:"tabs"`
 	Pending    []int64  `json:"pending_approvals"`
+	Origin     string   `json:"origin,omitempty"`
 }
 
 func (u *ui) apiTasks(w http.ResponseWriter, r *http.Request) {
@@ -497,7 +498,7 @@ func (u *ui) apiTasks(w http.ResponseWriter, r *http.Request) {
 	out := []TaskJSON{}
 	for _, t := range ts {
 		j := TaskJSON{ID: t.ID, Goal: t.Goal, Status: t.Status, StopReason: t.StopReason, Steps: t.Steps, Tokens: t.TokensIn + t.TokensOut,
-			CostUSD: float64(t.CostMicro) / 1e6, Mode: t.Mode, Tabs: []string{}, Pending: []int64{}}
+			CostUSD: float64(t.CostMicro) / 1e6, Mode: t.Mode, Tabs: []string{}, Pending: []int64{}, Origin: t.Origin}
 		for n := range t.Tabs {
 			j.Tabs = append(j.Tabs, n)
 		}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetwright/fleetwright/app/browser"
 	"github.com/fleetwright/fleetwright/app/unit"
 )
 
@@ -78,7 +79,7 @@ func agentEnv(dir, tmp string) []string {
 		case "HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME":
 			continue
 		}
-		if strings.HasPrefix(k, "FLEET_") && k != "FLEET_CHROMIUM" && k != "FLEET_LOG_FORMAT" && k != "FLEET_LOG_LEVEL" {
+		if strings.HasPrefix(k, "FLEET_") && k != "FLEET_CHROMIUM" && k != "FLEET_BROWSER_USER" && k != "FLEET_LOG_FORMAT" && k != "FLEET_LOG_LEVEL" {
 			continue
 		}
 		env = append(env, kv)
@@ -105,6 +106,11 @@ func startAgents(exe, dataDir, panelURL string, agents []Agent, log *slog.Logger
 				fp.stop(context.Background())
 				return nil, fmt.Errorf("demo: agent dir: %w", err)
 			}
+		}
+		if err := browserReach(dataDir, dir, tmp); err != nil {
+			// Chromium then keeps its profile under /tmp: it still runs,
+			// only the janitor cannot tell whose it is.
+			log.Warn("demo: the browser's user cannot use the agent's TMPDIR", "agent", a.Name(), "err", err)
 		}
 		out, err := os.OpenFile(LogFile(dataDir, a), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
@@ -166,4 +172,26 @@ func (fp *fleetProcs) stop(ctx context.Context) {
 	for _, f := range fp.logs {
 		_ = f.Close()
 	}
+}
+
+// browserReach lets the unprivileged user Chromium runs as when the demo runs
+// as root (app/browser) reach the agent's TMPDIR, where its profiles live so
+// that the janitor finds them: the directories on the way become 0711
+// (enter, not list; the agent's files stay 0600) and the TMPDIR its own.
+// Not root: nothing to do.
+func browserReach(dataDir, agentDir, tmp string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	for _, d := range []string{filepath.Dir(agentDir), agentDir, TempRoot(dataDir)} {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() && strings.HasPrefix(tmp, d+string(filepath.Separator)) {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("demo: agent dir: %w", err)
+			}
+		}
+	}
+	if err := browser.PrepareTmpDir(tmp); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
 }

@@ -3,7 +3,9 @@ package fleet_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 // An assistant enrolled with an agent token (protocol v4) reports its task
@@ -33,7 +36,7 @@ func TestEnrolledAssistantShowsItsTaskAndObeysThePause(t *testing.T) {
 	ctx := context.Background()
 	_, url := b.replica(t, "a")
 	id, token := b.agent(t, "assistant-home")
-	dir := t.TempDir()
+	dir := testenv.SharedTempDir(t) // the browser's user reaches the profile under it
 	tok := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
 
@@ -120,7 +123,7 @@ func TestAssistantOverItsSpendLimitIsPaused(t *testing.T) {
 	ctx := context.Background()
 	_, url := b.replica(t, "a")
 	id, token := b.agent(t, "assistant-spend")
-	dir := t.TempDir()
+	dir := testenv.SharedTempDir(t) // the browser's user reaches the profile under it
 	tok := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
 	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.ModelSpendPerDay, 1, true)) // one micro-dollar
@@ -166,4 +169,124 @@ func TestAssistantOverItsSpendLimitIsPaused(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, t2.StopReason, "paused by the panel")
 	require.Zero(t, t2.Steps)
+}
+
+// The panel's limits reach an enrolled assistant — the tenant's in its
+// welcome, the installation's pushed when an admin lowers them — and the
+// lowest applies, named in the stop reason; a task stopped at a limit
+// raises an alarm. A task started from the console runs there (its person
+// allowed it) and says where it came from. Retired from the panel, the
+// assistant drops the panel's limits, works alone, and never enrols again
+// with the retired token.
+func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	_, panelURL := b.replica(t, "a")
+	id, token := b.agent(t, "assistant-limits")
+	dir := testenv.SharedTempDir(t) // the browser's user reaches the profile under it
+	tok := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
+	require.NoError(t, b.store.SetAssistantLimits(ctx, b.tenant, wire.AssistantLimitSet{TaskSteps: 3, DayCostUSD: 5}, ops))
+	require.Error(t, b.store.SetAssistantLimits(ctx, b.tenant, wire.AssistantLimitSet{TaskSteps: -1}, ops), "a negative limit is refused")
+
+	h, err := eval.StartStudio()
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	loop := stub.Step{Tool: "list_tabs", Args: map[string]any{}}
+	m := stub.New(stub.Script{Final: &loop}, nil)
+	ms := httptest.NewServer(m.Handler())
+	t.Cleanup(ms.Close)
+	cfg := assistant.Config{ModelURL: ms.URL, Model: "stub", StateDir: filepath.Join(dir, "state"), Panel: panelURL, TokenFile: tok,
+		AcceptPanelTasks: true, ReportEvery: 200 * time.Millisecond, Limits: store.Limits{Steps: 40, WallTime: 5 * time.Minute, Tabs: 6},
+		EgressAllow: []string{"127.0.0.1/32"}, EgressPorts: []string{eval.Port(h.StudioURL)}}
+	require.NoError(t, h.StartAssistant(ctx, cfg, testenv.Logger(t)))
+	require.Eventually(t, func() bool {
+		if !b.read(t, id).Connected {
+			return false
+		}
+		f, err := b.store.List(ctx, b.tenant)
+		require.NoError(t, err)
+		for _, a := range f.Agents {
+			if a.ID == id {
+				return a.Assistant != nil
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond)
+	_, home, err := h.Get("/")
+	require.NoError(t, err)
+	require.Contains(t, home, "tenant per task 3 steps; per day $5", "the welcome carried the tenant's limits")
+
+	// A task from the console, stopped by the tenant's limit: an alarm.
+	_, err = b.store.StartAssistantTask(ctx, b.tenant, id, fleet.AssistantTaskInput{Goal: "List the tabs forever", URLs: []string{h.StudioURL + "/brief"}}, ops)
+	require.NoError(t, err)
+	var task assistant.TaskJSON
+	require.Eventually(t, func() bool {
+		ts, err := h.Tasks()
+		require.NoError(t, err)
+		if len(ts) == 1 {
+			task = ts[0]
+		}
+		return len(ts) == 1 && task.Status == store.StatusStopped
+	}, 60*time.Second, 100*time.Millisecond)
+	require.Equal(t, "the panel, by ops@example.com", task.Origin)
+	require.Equal(t, "limit reached: steps (3 of 3, the tenant's limit)", task.StopReason)
+	key := fmt.Sprintf("%s/%d", id, task.ID)
+	require.Eventually(t, func() bool {
+		open, err := alarm.IsOpen(ctx, b.db.App, b.tenant, fleet.AlarmAssistantLimit, key)
+		require.NoError(t, err)
+		return open
+	}, 15*time.Second, 100*time.Millisecond, "the limit stop raised an alarm")
+	open, err := alarm.ListTenant(ctx, b.db.App, b.tenant, true, 10)
+	require.NoError(t, err)
+	require.Len(t, open, 1)
+	require.Contains(t, open[0].Summary, "assistant agent-assistant-limits: task 1 stopped: limit reached: steps (3 of 3, the tenant's limit)")
+
+	// The installation's lower limit is pushed to the connected assistant.
+	require.NoError(t, b.store.SetAssistantLimits(ctx, "", wire.AssistantLimitSet{TaskSteps: 2}, ops))
+	require.Eventually(t, func() bool {
+		_, home, err := h.Get("/")
+		require.NoError(t, err)
+		return strings.Contains(home, "global per task 2 steps")
+	}, 15*time.Second, 100*time.Millisecond)
+	t2, err := h.Submit("List the tabs", []string{h.StudioURL + "/brief"}, nil)
+	require.NoError(t, err)
+	tj, err := h.Wait(t2, 60*time.Second, false, store.StatusStopped)
+	require.NoError(t, err)
+	require.Equal(t, "limit reached: steps (2 of 2, the global limit)", tj.StopReason)
+
+	// The console shows the limits and the forms.
+	lim, err := b.store.AssistantLimits(ctx, b.tenant)
+	require.NoError(t, err)
+	f, err := b.store.List(ctx, b.tenant)
+	require.NoError(t, err)
+	var page bytes.Buffer
+	require.NoError(t, fleet.Page(views.Page{Title: "Fleet"}, fleet.PageModel{Slug: "acme", Fleet: f, CanSteer: true, CanSettings: true, Limits: *lim, Now: time.Now()}).Render(ctx, &page))
+	for _, want := range []string{`data-testid="assistant-start-agent-assistant-limits"`, `data-testid="assistant-limits-tenant"`,
+		`data-testid="assistant-limits-global"`, `name="task_steps" value="3"`, `name="task_steps" value="2"`, `name="day_cost_usd" value="5"`} {
+		require.Contains(t, page.String(), want)
+	}
+
+	// Retired from the console: it works alone, without the panel's limits.
+	require.NoError(t, b.store.Retire(ctx, b.tenant, id, "retired from the console", ops))
+	require.Eventually(t, func() bool {
+		_, home, err := h.Get("/")
+		require.NoError(t, err)
+		return strings.Contains(home, "retired from the panel")
+	}, 15*time.Second, 100*time.Millisecond)
+	t3, err := h.Submit("List the tabs", []string{h.StudioURL + "/brief"}, url.Values{"max_steps": {"4"}})
+	require.NoError(t, err)
+	tj, err = h.Wait(t3, 60*time.Second, false, store.StatusStopped)
+	require.NoError(t, err)
+	require.Equal(t, "limit reached: steps (4 of 4)", tj.StopReason, "the panel's limits no longer apply")
+
+	// Restarted with the retired token, it does not try to enrol: it says
+	// so from its start (a retirement it just lived through reads
+	// "retired from the panel: …").
+	require.NoError(t, h.StopAssistant())
+	require.NoError(t, h.StartAssistant(ctx, cfg, testenv.Logger(t)))
+	_, home, err = h.Get("/")
+	require.NoError(t, err)
+	require.Contains(t, home, "retired from the panel at ")
+	require.Contains(t, home, "a new token enrols it again")
 }

@@ -33,6 +33,10 @@ const (
 type CommandBody struct {
 	Reason string `json:"reason,omitempty"`
 	Worker string `json:"worker,omitempty"`
+	// Goal, URLs and By are an assistant task's (CmdAssistantTask).
+	Goal string   `json:"goal,omitempty"`
+	URLs []string `json:"urls,omitempty"`
+	By   string   `json:"by,omitempty"`
 }
 
 // Command is a persisted command.
@@ -46,6 +50,8 @@ type Command struct {
 func (s *Store) Enqueue(ctx context.Context, tenant, agentID, kind string, body CommandBody, by audit.Entry) (string, error) {
 	switch kind {
 	case CmdPause, CmdResume, CmdRetire, CmdRotateCredentials, CmdConfigure:
+	case CmdAssistantTask:
+		return "", errors.New("fleet: an assistant task is started with StartAssistantTask")
 	case CmdRestartWorker:
 		if body.Worker == "" {
 			return "", errors.New("fleet: restart_worker needs a worker name")
@@ -173,7 +179,11 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 			return nil, err
 		}
 		if cfg.Paused {
-			return wire.Configure{CommandID: c.ID, Config: cfg}, nil
+			lim, err := s.AssistantLimits(ctx, a.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return wire.Configure{CommandID: c.ID, Config: cfg, AssistantLimits: lim}, nil
 		}
 		return wire.Resume{CommandID: c.ID}, nil
 	case CmdRestartWorker:
@@ -186,9 +196,15 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 			return nil, err
 		}
 		if c.Kind == CmdConfigure {
-			return wire.Configure{CommandID: c.ID, Config: cfg}, nil
+			lim, err := s.AssistantLimits(ctx, a.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			return wire.Configure{CommandID: c.ID, Config: cfg, AssistantLimits: lim}, nil
 		}
 		return wire.RotateCredentials{CommandID: c.ID, Credentials: creds}, nil
+	case CmdAssistantTask:
+		return wire.AssistantTaskStart{CommandID: c.ID, Goal: c.Body.Goal, StartURLs: c.Body.URLs, By: c.Body.By}, nil
 	}
 	return nil, fmt.Errorf("fleet: unknown command kind %q", c.Kind)
 }

@@ -190,6 +190,9 @@ type conn struct {
 	workers     []wire.WorkerState
 	agentPaused bool
 	grants      map[int64]grantOut
+	// limitAlarms: an enrolled assistant's tasks by id, true while this
+	// connection holds their limit alarm open (assistantAlarms).
+	limitAlarms map[int64]bool
 }
 
 func (c *conn) send(ctx context.Context, m wire.Message) error {
@@ -294,6 +297,14 @@ func (c *conn) serve(ctx context.Context) {
 		return
 	}
 	w := wire.Welcome{Version: v, AgentID: a.ID, InstallationID: g.cfg.InstallationID, Config: cfg}
+	if v >= wire.V4 {
+		// An assistant's limits (only an assistant reads them).
+		if w.AssistantLimits, err = g.store.AssistantLimits(ctx, a.Tenant); err != nil {
+			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
+			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+			return
+		}
+	}
 	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
 	if err := c.send(ctx, w); err != nil {
 		return
@@ -522,6 +533,7 @@ func (c *conn) reader(ctx context.Context) {
 			}
 			c.g.spend.WithLabelValues(c.agent.Tenant, c.agent.ID).Set(m.CostTodayUSD)
 			c.g.enforceSpend(ctx, c.agent, m)
+			c.assistantAlarms(ctx, m)
 		case wire.CommandResult:
 			if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {
 				c.g.log.Warn("ack command", "agent", c.agent.ID, "err", err)

@@ -44,6 +44,7 @@ func Mount(r chi.Router, d Deps) {
 	// A new token can unlock the account's credentials: admins only, with a
 	// second confirmation (the agent's name typed again).
 	r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/rotate-token", auth.Require(auth.FleetSecrets, d.ownAgent(d.rotateToken)))
+	mountAssistant(r, d)
 }
 
 func actor(r *http.Request) audit.Entry {
@@ -57,8 +58,16 @@ func (d Deps) model(r *http.Request) (PageModel, error) {
 	if err != nil {
 		return PageModel{}, err
 	}
-	return PageModel{Slug: t.Slug, Fleet: f, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer),
-		CanSecrets: auth.UserFrom(r.Context()).Has(auth.FleetSecrets), Now: time.Now()}, nil
+	lim, err := d.Store.AssistantLimits(r.Context(), t.ID)
+	if err != nil {
+		return PageModel{}, err
+	}
+	m := PageModel{Slug: t.Slug, Fleet: f, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer),
+		CanSecrets: auth.UserFrom(r.Context()).Has(auth.FleetSecrets), CanSettings: auth.UserFrom(r.Context()).Has(auth.SettingsManage), Now: time.Now()}
+	if lim != nil {
+		m.Limits = *lim
+	}
+	return m, nil
 }
 
 func (d Deps) page(w http.ResponseWriter, r *http.Request) {

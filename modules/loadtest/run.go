@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fleetwright/fleetwright/app/browser"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
@@ -135,6 +136,12 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("loadtest: %w", err)
 		}
+	}
+	// As root, the agents' Chromium runs as an unprivileged user
+	// (app/browser): its profiles stay under scratch, where they are counted
+	// and reaped, only if that user owns it.
+	if err := browser.PrepareTmpDir(r.scratch()); err != nil {
+		return nil, fmt.Errorf("loadtest: %w", err)
 	}
 	own, err := os.OpenFile(filepath.Join(r.logs, "loadtest.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

@@ -75,11 +75,17 @@ func TestFullDiskRefusesWritesCleanlyAndRecovers(t *testing.T) {
 				Detail: map[string]any{"blob": hex.EncodeToString(blob)}})
 		})
 	}
+	// written counts the entries of a target. A pooled connection may have
+	// died with a Postgres restart; the count is asked again until it
+	// answers (within a few seconds).
 	written := func(target string) int {
-		var n int
-		require.NoError(t, audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'test.disk' AND target = $1`, target).Scan(&n)
-		}))
+		t.Helper()
+		n := -1
+		require.Eventually(t, func() bool {
+			return audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'test.disk' AND target = $1`, target).Scan(&n)
+			}) == nil
+		}, 30*time.Second, 200*time.Millisecond, "count %s", target)
 		return n
 	}
 	require.NoError(t, write("before"))

@@ -72,10 +72,10 @@ func allSamples(v int) map[Type]Message {
 			Clock: fixtureTime, Token: NewSecret(fixtureToken), InstallKey: "hSDwCYkwp1R0i33ctD73Wg2_Og0mOBr066SpjqqbTmo"},
 		TypeWelcome: Welcome{Version: v, AgentID: "ag_01HZX4", InstallationID: "inst_7c1e",
 			Config: sampleConfig(), Credentials: sampleCredentials(), SealedCredentials: sampleSealed(),
-			CredentialsWithheld: WithheldKeyMismatch},
+			CredentialsWithheld: WithheldKeyMismatch, AssistantLimits: sampleAssistantLimits()},
 		TypeReject: Reject{Reason: RejectIncompatibleVersion, Message: "agent speaks 3..3, panel speaks 1..2",
 			InstallationID: "inst_7c1e", MinVersion: 1, MaxVersion: 2},
-		TypeConfigure:     Configure{CommandID: "cmd_01", Config: sampleConfig()},
+		TypeConfigure:     Configure{CommandID: "cmd_01", Config: sampleConfig(), AssistantLimits: sampleAssistantLimits()},
 		TypePause:         Pause{CommandID: "cmd_02", Reason: "tenant paused by operator"},
 		TypeResume:        Resume{CommandID: "cmd_03"},
 		TypeRestartWorker: RestartWorker{CommandID: "cmd_04", Worker: "actor-1"},
@@ -125,7 +125,14 @@ func allSamples(v int) map[Type]Message {
 			HardTimeoutMillis: 15000, SeenAt: t1.Add(-40 * time.Millisecond), QueuedAt: t1.Add(-39 * time.Millisecond), Cell: "default"},
 		TypeGateCheck:  GateCheck{RequestID: "req_05", Worker: "actor-1", Key: "LD-48213", Token: 90818},
 		TypeGateResult: GateResult{RequestID: "req_05", Key: "LD-48213", OK: false, Reason: ReasonPaused},
+		TypeAssistantTask: AssistantTaskStart{CommandID: "cmd_08", Goal: "Draft the launch post from the brief and publish it",
+			StartURLs: []string{"https://studio.example.test/brief", "https://studio.example.test/drafts"}, By: "ops@acme.test"},
 	}
+}
+
+func sampleAssistantLimits() *AssistantLimits {
+	return &AssistantLimits{Tenant: AssistantLimitSet{TaskSteps: 40, TaskCostUSD: 0.5, DayCostUSD: 5},
+		Global: AssistantLimitSet{TaskTokens: 200000, TaskWallSeconds: 1800, TaskTabs: 8, DaySteps: 500, DayTokens: 2000000}}
 }
 
 // sampleSealed is a fixed box (the fixture cannot seal afresh: that is random).

@@ -97,6 +97,9 @@ type Welcome struct {
 	SealedCredentials *SealedCredentials `json:"sealed_credentials,omitempty" since:"4"`
 	// CredentialsWithheld says why no credentials came (v4; Withheld*).
 	CredentialsWithheld string `json:"credentials_withheld,omitempty" since:"4"`
+	// AssistantLimits are the panel's limits for an enrolled assistant
+	// (v4; absent when neither the tenant nor the installation sets one).
+	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
 }
 
 // RejectReason says why the panel refused an agent.
@@ -142,6 +145,8 @@ func RejectFor(err error, installationID string) Reject {
 type Configure struct {
 	CommandID string `json:"command_id"`
 	Config    Config `json:"config"`
+	// AssistantLimits as in Welcome (v4).
+	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
 }
 
 // Pause tells the agent to start no new actions.
@@ -344,6 +349,8 @@ func CommandID(m Message) (string, bool) {
 		return c.CommandID, true
 	case Ping:
 		return c.CommandID, true
+	case AssistantTaskStart:
+		return c.CommandID, true
 	}
 	return "", false
 }
@@ -427,6 +434,10 @@ func validate(m Message) error {
 	case Error:
 		if x.Code == "" {
 			return errors.New("error needs a code")
+		}
+	case AssistantTaskStart:
+		if x.Goal == "" || len(x.StartURLs) == 0 {
+			return errors.New("assistant_task needs a goal and at least one start URL")
 		}
 	}
 	if err := validateCrawl(m); err != nil {

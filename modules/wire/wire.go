@@ -136,7 +136,7 @@ var typesV3 = append(append([]Type(nil), typesV1...),
 // typesV4 adds version 4's messages to version 3's. Append only.
 var typesV4 = append(append([]Type(nil), typesV3...),
 	TypePageTask, TypePageResult, TypeAssistantReport,
-	TypeLeaseGrant, TypeGateCheck, TypeGateResult)
+	TypeLeaseGrant, TypeGateCheck, TypeGateResult, TypeAssistantTask)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
@@ -225,6 +225,8 @@ func newMessage(t Type) Message {
 		return &GateCheck{}
 	case TypeGateResult:
 		return &GateResult{}
+	case TypeAssistantTask:
+		return &AssistantTaskStart{}
 	}
 	return nil
 }

@@ -9,20 +9,26 @@ package browse
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-rod/rod"
-	"github.com/go-rod/rod/lib/launcher"
 	"github.com/go-rod/rod/lib/proto"
 
 	"github.com/fleetwright/fleetwright/app/browser"
 )
+
+// attachTimeout bounds connecting to a running Chrome.
+const attachTimeout = 60 * time.Second
 
 // Options choose how to reach the browser.
 type Options struct {
@@ -39,6 +45,12 @@ type Options struct {
 	Width, Height int
 	// ExtraFlags go to a launched Chromium (the egress guard's proxy).
 	ExtraFlags []string
+	// User and NoSandbox are app/browser's: the user a launched Chromium
+	// runs as when this process is root, and the sandbox escape hatch.
+	User      string
+	NoSandbox bool
+	// Log receives app/browser's warnings (nil: slog.Default()).
+	Log *slog.Logger
 	// Check, when set, is asked about every request's host:port after the
 	// plan admits it (the egress guard: special-purpose ranges, ports).
 	Check func(ctx context.Context, hostport string) error
@@ -47,10 +59,13 @@ type Options struct {
 // Session is the connected browser.
 type Session struct {
 	rb     *rod.Browser
+	cancel context.CancelFunc // ends an attached browser's connection
 	owned  *browser.Browser
 	router *rod.HijackRouter
 
 	check func(ctx context.Context, hostport string) error
+	// attached: the browser is the person's running Chrome.
+	attached bool
 
 	mu      sync.Mutex
 	allow   func(host string) bool
@@ -64,19 +79,34 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		u := o.Attach
 		if !strings.HasPrefix(u, "ws") {
 			// http://host:port: ask Chrome for its WebSocket address.
-			ws, err := launcher.ResolveURL(u)
+			ws, err := resolveDevTools(ctx, u)
 			if err != nil {
 				return nil, fmt.Errorf("browse: attach to %s: %w (start Chrome with --remote-debugging-port on a non-default profile, or enable it in chrome://inspect on Chrome 144+)", u, err)
 			}
 			u = ws
 		}
-		rb := rod.New().ControlURL(u).Context(ctx)
-		if err := rb.Connect(); err != nil {
-			return nil, fmt.Errorf("browse: attach to %s: %w", o.Attach, err)
+		// go-rod's event loop lives off the context Connect is given, so
+		// the bound on connecting is kept here (Chrome 144+ waits for the
+		// person to accept the connection in its own prompt).
+		cctx, cancel := context.WithCancel(ctx)
+		rb := rod.New().ControlURL(u).Context(cctx)
+		connected := make(chan error, 1)
+		go func() { connected <- rb.Connect() }()
+		select {
+		case err := <-connected:
+			if err != nil {
+				cancel()
+				return nil, fmt.Errorf("browse: attach to %s: %w", o.Attach, err)
+			}
+		case <-time.After(attachTimeout):
+			cancel()
+			return nil, fmt.Errorf("browse: attach to %s: Chrome did not accept the connection within %s (with remote debugging switched on in chrome://inspect, Chrome asks you to allow it)", o.Attach, attachTimeout)
 		}
 		s.rb = rb.Context(context.Background())
+		s.cancel, s.attached = cancel, true
 	} else {
-		b, err := browser.Launch(ctx, browser.Options{Binary: o.Binary, UserDataDir: o.Profile, Headful: o.Headful, Width: o.Width, Height: o.Height, ExtraFlags: o.ExtraFlags})
+		b, err := browser.Launch(ctx, browser.Options{Binary: o.Binary, UserDataDir: o.Profile, Headful: o.Headful, Width: o.Width, Height: o.Height, ExtraFlags: o.ExtraFlags,
+			User: o.User, NoSandbox: o.NoSandbox, Log: o.Log})
 		if err != nil {
 			return nil, fmt.Errorf("browse: %w", err)
 		}
@@ -91,6 +121,43 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 	return s, nil
 }
 
+// resolveDevTools asks the Chrome at addr (http://host:port) for its
+// browser WebSocket URL, within a bounded time (go-rod's ResolveURL has no
+// timeout and panics on a broken answer).
+func resolveDevTools(ctx context.Context, addr string) (string, error) {
+	base, err := url.Parse(addr)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return "", fmt.Errorf("%q is not a DevTools address like http://127.0.0.1:9222 or a ws:// URL", addr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base.Scheme+"://"+base.Host+"/json/version", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/json/version answered %s", resp.Status)
+	}
+	var v struct {
+		WS string `json:"webSocketDebuggerUrl"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil || !strings.HasPrefix(v.WS, "ws") {
+		return "", fmt.Errorf("/json/version gave no webSocketDebuggerUrl: is this a Chrome DevTools endpoint?")
+	}
+	ws, err := url.Parse(v.WS)
+	if err != nil {
+		return "", fmt.Errorf("/json/version: %w", err)
+	}
+	// Chrome names itself by the address it bound; keep the one we reached.
+	ws.Host = base.Host
+	return ws.String(), nil
+}
+
 // Close stops the filter and, for a launched browser, the browser (its
 // profile stays). An attached Chrome is left running.
 func (s *Session) Close() error {
@@ -100,11 +167,16 @@ func (s *Session) Close() error {
 	if s.owned != nil {
 		return s.owned.Close()
 	}
+	if s.cancel != nil {
+		s.cancel()
+	}
 	return nil
 }
 
-// SetAllow sets the rule every request must pass (nil: everything is
-// refused; the browser goes nowhere between tasks).
+// SetAllow sets the rule every request must pass (nil: between tasks, a
+// launched browser goes nowhere and an attached one is the person's again).
+// While a task runs, every request of the browser — an attached Chrome's
+// other tabs too — must pass it.
 func (s *Session) SetAllow(f func(host string) bool) {
 	s.mu.Lock()
 	s.allow = f
@@ -127,6 +199,12 @@ func (s *Session) filter(h *rod.Hijack) {
 	s.mu.Unlock()
 	switch u.Scheme {
 	case "data", "blob", "about", "chrome", "devtools":
+		h.ContinueRequest(&proto.FetchContinueRequest{})
+		return
+	}
+	if allow == nil && s.attached {
+		// An attached Chrome is the person's own: between tasks it is
+		// theirs to browse. (A launched one goes nowhere between tasks.)
 		h.ContinueRequest(&proto.FetchContinueRequest{})
 		return
 	}

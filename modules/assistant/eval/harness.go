@@ -118,11 +118,20 @@ func (h *Harness) StartAssistant(ctx context.Context, cfg assistant.Config, log 
 	select {
 	case <-ready:
 	case err := <-h.done:
+		// Run returned: nothing is left to stop (StopAssistant would wait
+		// for a second result that never comes).
 		cancel()
+		h.cancel = nil
 		return err
 	case <-time.After(90 * time.Second):
 		cancel()
-		return errors.New("eval: the assistant did not start within 90 s")
+		h.cancel = nil
+		select {
+		case err := <-h.done:
+			return fmt.Errorf("eval: the assistant did not start within 90 s (stopped: %v)", err)
+		case <-time.After(30 * time.Second):
+			return errors.New("eval: the assistant did not start within 90 s, nor stop within 30 s after")
+		}
 	}
 	return h.Connect(h.out.String())
 }

@@ -113,6 +113,10 @@ CREATE TABLE IF NOT EXISTS secrets (
 	name   TEXT PRIMARY KEY,
 	sealed BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS task_origins (
+	task_id INTEGER PRIMARY KEY REFERENCES tasks(id),
+	origin  TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS model_modes (
 	model  TEXT PRIMARY KEY,
 	mode   TEXT NOT NULL,
@@ -224,6 +228,9 @@ type Task struct {
 	TokensIn  int
 	TokensOut int
 	CostMicro int64
+	// Origin says who gave a task that did not come from the person's own
+	// UI ("the panel, by ops@acme.test"); empty for the person's.
+	Origin string
 }
 
 // CreateTask records a new queued task.
@@ -240,14 +247,15 @@ func (s *Store) CreateTask(ctx context.Context, goal string, urls []string, mode
 
 const taskCols = `t.id, t.goal, t.start_urls, t.status, t.stop_reason, t.model, t.mode, t.limits, t.tabs, t.keep_label, t.label_note, t.created_at, t.updated_at,
 	(SELECT count(*) FROM steps WHERE task_id = t.id), (SELECT coalesce(sum(tokens_in),0) FROM steps WHERE task_id = t.id),
-	(SELECT coalesce(sum(tokens_out),0) FROM steps WHERE task_id = t.id), (SELECT coalesce(sum(cost_micro),0) FROM steps WHERE task_id = t.id)`
+	(SELECT coalesce(sum(tokens_out),0) FROM steps WHERE task_id = t.id), (SELECT coalesce(sum(cost_micro),0) FROM steps WHERE task_id = t.id),
+	coalesce((SELECT origin FROM task_origins WHERE task_id = t.id), '')`
 
 func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
 	var t Task
 	var urls, lim, tabs, created, updated string
 	var keep int
 	if err := sc.Scan(&t.ID, &t.Goal, &urls, &t.Status, &t.StopReason, &t.Model, &t.Mode, &lim, &tabs, &keep, &t.LabelNote, &created, &updated,
-		&t.Steps, &t.TokensIn, &t.TokensOut, &t.CostMicro); err != nil {
+		&t.Steps, &t.TokensIn, &t.TokensOut, &t.CostMicro, &t.Origin); err != nil {
 		return Task{}, err
 	}
 	_ = json.Unmarshal([]byte(urls), &t.StartURLs)
@@ -257,6 +265,14 @@ func scanTask(sc interface{ Scan(...any) error }) (Task, error) {
 	t.KeepLabel = keep != 0
 	t.CreatedAt, t.UpdatedAt = parseTS(created), parseTS(updated)
 	return t, nil
+}
+
+// SetOrigin records who gave a task (see Task.Origin).
+func (s *Store) SetOrigin(ctx context.Context, id int64, origin string) error {
+	if _, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO task_origins (task_id, origin) VALUES (?, ?)`, id, origin); err != nil {
+		return fmt.Errorf("store: task %d origin: %w", id, err)
+	}
+	return nil
 }
 
 // ErrNotFound is returned for a task or approval that does not exist.
