@@ -19,6 +19,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -320,6 +321,9 @@ var ErrNoProxy = errors.New("crawl: no such proxy")
 
 // RemoveProxy deletes a proxy and its sealed credentials. Audited.
 func (s *Store) RemoveProxy(ctx context.Context, tenant string, by audit.Entry, id string) error {
+	defer func() {
+		_, _ = alarm.Resolve(context.WithoutCancel(ctx), s.pool, tenant, AlarmProxyRemoved, id, by.Actor)
+	}()
 	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		var u string
 		err := tx.QueryRow(ctx, `DELETE FROM crawl_proxies WHERE id::text = $1 RETURNING scheme || '://' || host || ':' || port`, id).Scan(&u)
@@ -334,9 +338,29 @@ func (s *Store) RemoveProxy(ctx context.Context, tenant string, by audit.Entry, 
 	})
 }
 
+// AlarmProxyRemoved: a proxy of a pool was benched too often in a row and
+// is out of rotation until a person restores it.
+const AlarmProxyRemoved = "crawl.proxy_removed"
+
+// proxyRemovedAlarm raises AlarmProxyRemoved for the proxy.
+func (s *Store) proxyRemovedAlarm(ctx context.Context, tenant, pool string, p Proxy, lastErr string) error {
+	link := ""
+	var slug string
+	if s.pool.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, tenant).Scan(&slug) == nil {
+		link = "/t/" + slug + "/crawl/proxies"
+	}
+	_, err := alarm.Raise(ctx, s.pool, alarm.Alarm{Kind: AlarmProxyRemoved, Key: p.ID, Tenant: tenant, Severity: alarm.Warning,
+		Summary: fmt.Sprintf("Proxy %s of pool %s removed after failing again and again", p.URL(), pool),
+		Detail:  "benched too often in a row; it stays out of rotation until someone restores it. Last error: " + lastErr, Link: link})
+	return err
+}
+
 // RestoreProxy puts a benched or removed proxy back into rotation with a
-// clean health. Audited.
+// clean health (and resolves its removal alarm). Audited.
 func (s *Store) RestoreProxy(ctx context.Context, tenant string, by audit.Entry, id string) error {
+	defer func() {
+		_, _ = alarm.Resolve(context.WithoutCancel(ctx), s.pool, tenant, AlarmProxyRemoved, id, by.Actor)
+	}()
 	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE crawl_proxies SET state = 'active', score = 0, failures = 0, benches = 0, benched_until = NULL
 			WHERE id::text = $1`, id)

@@ -224,6 +224,7 @@ proxy_pool: %s
 	require.Contains(t, px.LastError, "the upstream proxy's address")
 	require.Contains(t, px.LastError, "loopback")
 	require.NotContains(t, px.LastError, secret)
+	require.Contains(t, f.openAlarms(ctx)[crawl.AlarmProxyRemoved], "Proxy "+good.URL()+" of pool pool1 removed", "a removed proxy asks for a person")
 
 	// 2. The admin allows loopback for this pool's proxies; a failing proxy
 	// joins; the good one is restored.
@@ -233,6 +234,7 @@ proxy_pool: %s
 	require.Equal(t, 0, code, out)
 	out, code = f.cli("proxy", "restore", px.ID)
 	require.Equal(t, 0, code, out)
+	require.NotContains(t, f.openAlarms(ctx), crawl.AlarmProxyRemoved, "restoring it resolves the alarm")
 
 	out = f.runJob("via-proxy")
 	require.Contains(t, out, "succeeded (done)")

@@ -839,8 +839,17 @@ func (x *execution) proxyOutcome(ctx context.Context, id string, ok bool, msg st
 		h = px.Health.After(ok, now, *x.pool)
 	}
 	if h.State != px.State {
+		until := "" // a nil *time.Time would panic in the log's String call
+		if h.BenchedUntil != nil {
+			until = h.BenchedUntil.UTC().Format(time.RFC3339Nano)
+		}
 		x.r.Log.Warn("crawl: proxy health changed", "pool", x.pool.Name, "proxy", px.URL(), "from", px.State, "to", h.State,
-			"benched_until", h.BenchedUntil, "err", msg)
+			"benched_until", until, "err", msg)
+		if h.State == ProxyRemoved {
+			if err := x.r.Store.proxyRemovedAlarm(ctx, x.tenant, x.pool.Name, *px, msg); err != nil {
+				x.r.Log.Error("crawl: raise the proxy's removal alarm", "proxy", px.URL(), "err", err)
+			}
+		}
 	}
 	px.Health = h
 	if !ok {

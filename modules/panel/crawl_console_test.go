@@ -14,9 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
+	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // TestCrawlPages: an operator saves a job from the console (a bad one is
@@ -163,7 +166,7 @@ func TestCrawlProxyPages(t *testing.T) {
 	require.Contains(t, body, `data-testid="pool-pool1"`)
 	require.Contains(t, body, "rotation round_robin")
 	require.Contains(t, body, "http://proxy.example:3128")
-	require.Contains(t, body, "(password sealed)")
+	require.Contains(t, body, "password sealed")
 	require.NotContains(t, body, secret, "the password is never shown again")
 	require.NotContains(t, body, "/pools/pool1/allow", "the allow list form is an admin's")
 
@@ -194,6 +197,24 @@ func TestCrawlProxyPages(t *testing.T) {
 	require.Contains(t, body, `data-testid="proxy-state">active`)
 	res, _ = do(t, cl, "POST", base+"/00000000-0000-0000-0000-000000000000/remove", nil)
 	require.Equal(t, http.StatusNotFound, res.StatusCode)
+
+	// The fleet page's egress column: the proxy an agent's crawler was
+	// last handed, with its state.
+	acct, err := c.fleet.CreateAccount(ctx, a.ID, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Username: "u1",
+		Password: "pw-long-enough-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: "crawler"}}}, audit.Entry{Actor: "t"})
+	require.NoError(t, err)
+	agentID, _, err := c.fleet.CreateAgent(ctx, a.ID, acct, "agent-acct-1", audit.Entry{Actor: "t"})
+	require.NoError(t, err)
+	_, body = do(t, cl, "GET", c.srv.URL+"/t/alpha/fleet", nil)
+	require.Contains(t, body, `data-testid="egress"><span class="muted">own address</span>`)
+	require.NoError(t, st.SetAgentEgress(ctx, a.ID, agentID, "pool1", &px, time.Now()))
+	for range 2 {
+		_, err := st.ProxyOutcome(ctx, a.ID, px.ID, false, "refused CONNECT: 502", time.Now())
+		require.NoError(t, err)
+	}
+	_, body = do(t, cl, "GET", c.srv.URL+"/t/alpha/fleet", nil)
+	require.Contains(t, body, "proxy http://proxy.example:3128 (pool pool1)")
+	require.Contains(t, body, `<span class="badge bad">benched</span>`)
 
 	var actions []string
 	require.NoError(t, db.InTenant(ctx, c.d.App, a.ID, func(tx pgx.Tx) error {
