@@ -68,7 +68,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 		user := fmt.Sprintf("acme-%d", i+1)
 		acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: user, Password: "pw-" + user + "-Zq9", Client: "acme"})
 		require.NoError(t, err)
-		id, err := e.store.CreateAccount(ctx, e.tenant, fleet.AccountInput{Key: user, BoardURL: brd.URL(), Username: user,
+		id, err := e.store.CreateAccount(ctx, e.tenant, fleet.AccountInput{Key: user, BoardURL: brd.URL(), Client: "acme", Username: user,
 			Password: "pw-" + user + "-Zq9", TOTPSecret: acct.TOTPSecret,
 			Workers: []wire.WorkerSpec{{Name: kind + "-1", Kind: kind}}}, ops)
 		require.NoError(t, err)

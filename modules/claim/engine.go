@@ -29,11 +29,12 @@ type Offerer interface {
 	Offer(ctx context.Context, tenant string, o wire.Offer)
 }
 
-// Lookuper asks any signed-in agent of the tenant to look up the client's
-// bookings on the platform (the gateway implements it; the panel holds no
-// platform credentials).
+// Lookuper asks a signed-in agent of the tenant whose account books as the
+// client as to look up that client's bookings on the platform (the gateway
+// implements it; the panel holds no platform credentials). An agent of
+// another client must never answer: its "no booking" proves nothing.
 type Lookuper interface {
-	Lookup(ctx context.Context, tenant string, l wire.Lookup) (wire.LookupResult, error)
+	Lookup(ctx context.Context, tenant string, as Client, l wire.Lookup) (wire.LookupResult, error)
 }
 
 // Config tunes the engine. Zero values take the defaults.

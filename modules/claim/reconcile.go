@@ -88,9 +88,14 @@ func (w *reconcileWorker) Work(ctx context.Context, job *river.Job[ReconcileArgs
 	if lk == nil {
 		return errors.New("claim: reconcile: no look-up path attached (no gateway)")
 	}
+	as, err := e.store.ClientOf(ctx, a.Tenant, a.Key)
+	if err != nil {
+		e.m.reconciled.WithLabelValues("incomplete").Inc()
+		return fmt.Errorf("claim: reconcile %s: %w", a.Key, err)
+	}
 	req := wire.Lookup{RequestID: newID(), Keys: []string{a.Key}, Since: c.LeasedAt.Add(-time.Hour)}
 	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
-	res, err := e.lookupAll(lctx, lk, a.Tenant, req)
+	res, err := e.lookupAll(lctx, lk, a.Tenant, as, req)
 	cancel()
 	if err != nil {
 		e.m.reconciled.WithLabelValues("incomplete").Inc()
@@ -268,9 +273,13 @@ func (e *Engine) clearForReoffer(ctx context.Context, tenant, key string) bool {
 	if lk == nil {
 		return false
 	}
+	as, err := e.store.ClientOf(ctx, tenant, key)
+	if err != nil {
+		return false
+	}
 	req := wire.Lookup{RequestID: newID(), Keys: []string{key}, Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	res, err := e.lookupAll(lctx, lk, tenant, req)
+	res, err := e.lookupAll(lctx, lk, tenant, as, req)
 	cancel()
 	if err != nil || !res.Complete {
 		return false
@@ -377,10 +386,39 @@ func (e *Engine) DuplicateSweep(ctx context.Context) error {
 	return nil
 }
 
+// duplicateSweepTenant reads the bookings of each client the tenant books
+// as (one, by the one-client rule; more only after a move) through an
+// account of that client, and compares them with the claims.
 func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant string) error {
+	since := e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)
+	clients, err := e.store.Clients(ctx, tenant, since)
+	if err != nil {
+		return err
+	}
+	if len(clients) == 0 {
+		return fmt.Errorf("%w: the tenant's accounts state no platform client", ErrNoClient)
+	}
+	var first error
+	for _, as := range clients {
+		if err := e.duplicateSweepClient(ctx, lk, tenant, as, since); err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", as, err)
+		}
+	}
+	if first != nil {
+		return first
+	}
+	total, _, err := e.store.DuplicateConfirmations(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	e.m.duplicates.WithLabelValues(tenant).Set(float64(total))
+	return nil
+}
+
+func (e *Engine) duplicateSweepClient(ctx context.Context, lk Lookuper, tenant string, as Client, since time.Time) error {
 	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 	defer cancel()
-	res, err := e.lookupAll(lctx, lk, tenant, wire.Lookup{RequestID: newID(), Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)})
+	res, err := e.lookupAll(lctx, lk, tenant, as, wire.Lookup{RequestID: newID(), Since: since})
 	if err != nil {
 		return err
 	}
@@ -418,11 +456,6 @@ func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant s
 			return err
 		}
 	}
-	total, _, err := e.store.DuplicateConfirmations(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	e.m.duplicates.WithLabelValues(tenant).Set(float64(total))
 	return nil
 }
 
@@ -505,9 +538,14 @@ func (w *watchWorker) Work(ctx context.Context, job *river.Job[WatchArgs]) error
 	if lk == nil {
 		return errors.New("claim: watch: no look-up path attached (no gateway)")
 	}
+	as, err := e.store.ClientOf(ctx, a.Tenant, a.Key)
+	if err != nil {
+		e.m.watched.WithLabelValues("incomplete").Inc()
+		return fmt.Errorf("claim: watch %s: %w", a.Key, err)
+	}
 	req := wire.Lookup{RequestID: newID(), Keys: []string{a.Key}, Since: e.cfg.Clock.Now().Add(-e.cfg.DuplicateWindow)}
 	lctx, cancel := context.WithTimeout(ctx, 45*time.Second)
-	res, err := e.lookupAll(lctx, lk, a.Tenant, req)
+	res, err := e.lookupAll(lctx, lk, a.Tenant, as, req)
 	cancel()
 	if err != nil {
 		e.m.watched.WithLabelValues("incomplete").Inc()

@@ -34,13 +34,21 @@ import (
 // the board's answer proves the page.
 type boardLookuper struct {
 	c *boardtest.Client
+	// anyClient answers whatever client it is asked for (an agent whose
+	// account is set to the wrong client); the board's answer still names
+	// the client the session really is.
+	anyClient bool
 }
 
 // lookupPage is how many bookings one answer of boardLookuper carries.
 const lookupPage = 2
 
-func (l boardLookuper) Lookup(ctx context.Context, tenant string, q wire.Lookup) (wire.LookupResult, error) {
+func (l boardLookuper) Lookup(ctx context.Context, tenant string, as claim.Client, q wire.Lookup) (wire.LookupResult, error) {
 	res := wire.LookupResult{RequestID: q.RequestID}
+	if !l.anyClient && (as.Name != l.c.Client || strings.TrimRight(as.Board, "/") != strings.TrimRight(l.c.Base, "/")) {
+		// The gateway asks only an agent of the claim's own client.
+		return res, fmt.Errorf("no agent of %s (this one is client %q on %s)", as, l.c.Client, l.c.Base)
+	}
 	after := q.Cursor
 	if after == "" {
 		after = "0"
@@ -123,7 +131,14 @@ func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
 	require.NoError(t, err)
 	c, err := boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
 	require.NoError(t, err)
-	b.engine.SetLookuper(boardLookuper{c})
+	// The tenant's one account books as acme on this board: the client
+	// every look-up of its claims must come from.
+	require.NoError(t, db.InTenant(ctx, b.db.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO accounts (tenant_id, account_key, board_url, username, client, secret_box)
+			VALUES ($1, 'acme-1', $2, 'acme-1', 'acme', '\x00')`, b.tenant, s.URL())
+		return err
+	}))
+	b.engine.SetLookuper(boardLookuper{c: c})
 
 	workers := river.NewWorkers()
 	b.engine.AddWorkers(workers)
@@ -185,7 +200,8 @@ func (r *recBundle) lookupBookings(t *testing.T, key string) []wire.Booking {
 	var out []wire.Booking
 	cursor := ""
 	for {
-		res, err := boardLookuper{r.client}.Lookup(context.Background(), r.tenant, wire.Lookup{RequestID: "t", Keys: []string{key}, Cursor: cursor})
+		res, err := boardLookuper{c: r.client}.Lookup(context.Background(), r.tenant, claim.Client{Board: r.board.URL(), Name: "acme"},
+			wire.Lookup{RequestID: "t", Keys: []string{key}, Cursor: cursor})
 		require.NoError(t, err)
 		require.True(t, res.Complete)
 		for _, b := range res.Bookings {
@@ -372,4 +388,41 @@ func TestDuplicateSweepCountsBoardEvidence(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, key, dups[0].Key)
 	require.EqualValues(t, 1, r.board.Stats().DuplicateConfirmations, "agrees with the board's oracle")
+}
+
+// TestReconcilerAcceptsOnlyTheClaimsOwnClient (issue 11, item 8): the
+// attempt booked as client "beta"; the only signed-in session answering is
+// one of client "acme" on the same board, whose bookings hold nothing of
+// the job. Taken as evidence, that "no booking" would settle the claim past
+// grace; the engine refuses the answer (the board names client acme) and
+// the claim stays UNKNOWN. Once its own client answers, it settles.
+func TestReconcilerAcceptsOnlyTheClaimsOwnClient(t *testing.T) {
+	r := setupReconcile(t)
+	ctx := context.Background()
+	r.engine.SetLookuper(boardLookuper{c: r.client, anyClient: true})
+	key := r.load()
+	token := r.act(t, key)
+	setClient := func(client string) {
+		require.NoError(t, db.InTenant(ctx, r.db.App, r.tenant, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE claim_attempts SET client = $2, board_url = $3 WHERE target_job_key = $1`,
+				key, client, r.board.URL())
+			return err
+		}))
+	}
+	setClient("beta")
+	as, err := r.store.ClientOf(ctx, r.tenant, key)
+	require.NoError(t, err)
+	require.Equal(t, claim.Client{Board: strings.TrimRight(r.board.URL(), "/"), Name: "beta"}, as, "the attempt's own client")
+
+	r.reportUnknown(t, key, token, "HTTP 504")
+	time.Sleep(2 * r.engine.Config().Grace)
+	require.Equal(t, claim.Unknown, r.state(t, key), "another client's answer decides nothing")
+	require.Contains(t, r.logs.String(), "another platform client")
+
+	setClient("acme")
+	require.Eventually(t, func() bool { return r.state(t, key) == claim.Released }, 10*time.Second, 20*time.Millisecond,
+		"its own client's complete answer after grace settles it")
+	c, err := r.store.Get(ctx, r.tenant, key)
+	require.NoError(t, err)
+	require.Equal(t, "GIVEN_UP", c.Outcome)
 }

@@ -56,7 +56,7 @@ func newRig(t *testing.T, ctx context.Context, solvers map[string]crawl.SolverFa
 	r := &rig{d: d}
 	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&r.tenant))
 	fst := fleet.NewStore(d.App, v)
-	acct, err := fst.CreateAccount(ctx, r.tenant, fleet.AccountInput{Key: "crawler-1", BoardURL: "http://127.0.0.1:9", Username: "crawler-1",
+	acct, err := fst.CreateAccount(ctx, r.tenant, fleet.AccountInput{Key: "crawler-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "crawler-1",
 		Password: "unused-crawler-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: agent.KindCrawler}}}, ops)
 	require.NoError(t, err)
 	_, token, err := fst.CreateAgent(ctx, r.tenant, acct, "agent-1", ops)

@@ -64,7 +64,7 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 	tokens := map[string]string{}
 	for i := range agents {
 		user := fmt.Sprintf("crawler-%d", i+1)
-		id, err := st.CreateAccount(ctx, f.tenant, fleet.AccountInput{Key: user, BoardURL: "http://127.0.0.1:9", Username: user,
+		id, err := st.CreateAccount(ctx, f.tenant, fleet.AccountInput{Key: user, BoardURL: "http://127.0.0.1:9", Client: "acme", Username: user,
 			Password: "unused-" + user, TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: "crawler"}}}, ops)
 		require.NoError(t, err)
 		agentID, tok, err := st.CreateAgent(ctx, f.tenant, id, "agent-"+user, ops)

@@ -120,11 +120,11 @@ func (s *seeder) agent(ctx context.Context, tenantID string, a Agent) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("demo: agent dir: %w", err)
 	}
-	var accountID, boardURL string
+	var accountID, boardURL, client string
 	var workers []byte
 	var fresh *board.AccountSpec
-	err := db.TenantRow(ctx, s.p.DB, tenantID, `SELECT id::text, board_url, workers FROM accounts WHERE account_key = $1`, a.Key).
-		Scan(&accountID, &boardURL, &workers)
+	err := db.TenantRow(ctx, s.p.DB, tenantID, `SELECT id::text, board_url, client, workers FROM accounts WHERE account_key = $1`, a.Key).
+		Scan(&accountID, &boardURL, &client, &workers)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		key, err := totp.Generate(totp.GenerateOpts{Issuer: "SandboxBoard", AccountName: a.Key})
@@ -133,16 +133,20 @@ func (s *seeder) agent(ctx context.Context, tenantID string, a Agent) error {
 		}
 		fresh = &board.AccountSpec{Username: a.Key, Password: account.GeneratePassword(), Client: a.Tenant, TOTPSecret: key.Secret()}
 		logging.RegisterSecret(fresh.Password, fresh.TOTPSecret)
+		// The tenant's other accounts first follow the board to this start.
+		if err := s.setPlatform(ctx, tenantID, a); err != nil {
+			return err
+		}
 		accountID, err = s.p.Fleet.CreateAccount(ctx, tenantID, fleet.AccountInput{Key: a.Key, BoardURL: s.b.URL(),
-			Username: a.Key, Password: fresh.Password, TOTPSecret: fresh.TOTPSecret, Workers: a.Workers()}, s.by)
+			Client: a.Tenant, Username: a.Key, Password: fresh.Password, TOTPSecret: fresh.TOTPSecret, Workers: a.Workers()}, s.by)
 		if err != nil {
 			return err
 		}
 	case err != nil:
 		return fmt.Errorf("demo: account %s: %w", a.Key, err)
 	default:
-		if boardURL != s.b.URL() {
-			if err := s.setBoardURL(ctx, tenantID, accountID, a.Key); err != nil {
+		if boardURL != s.b.URL() || client != a.Tenant {
+			if err := s.setPlatform(ctx, tenantID, a); err != nil {
 				return err
 			}
 		}
@@ -212,11 +216,12 @@ func (s *seeder) agent(ctx context.Context, tenantID string, a Agent) error {
 	return nil
 }
 
-// setBoardURL follows the board to its address of this start (--board-listen
-// may change, or be :0 in tests).
-func (s *seeder) setBoardURL(ctx context.Context, tenantID, accountID, key string) error {
-	if err := s.p.Fleet.SetBoardURL(ctx, tenantID, accountID, s.b.URL(), s.by); err != nil {
-		return fmt.Errorf("demo: board URL of %s: %w", key, err)
+// setPlatform follows the board to its address of this start
+// (--board-listen may change, or be :0 in tests), moving every account of
+// the tenant at once: they all book as the tenant's client on one board.
+func (s *seeder) setPlatform(ctx context.Context, tenantID string, a Agent) error {
+	if err := s.p.Fleet.SetPlatform(ctx, tenantID, "", s.b.URL(), a.Tenant, s.by); err != nil {
+		return fmt.Errorf("demo: board and client of %s: %w", a.Tenant, err)
 	}
 	return nil
 }

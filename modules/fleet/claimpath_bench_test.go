@@ -113,7 +113,7 @@ func BenchmarkClaimPathWebSocket(b *testing.B) {
 	_, err = p.Claims.PutFilter(ctx, ops, tenant, claim.Filter{Name: "all", Enabled: true})
 	require.NoError(b, err)
 	require.NoError(b, p.Claims.SetDispatchMode(ctx, ops, tenant, mode))
-	acct, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Username: "u",
+	acct, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Client: "acme", Username: "u",
 		Password: "bench-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	require.NoError(b, err)
 	url := "ws://" + p.Addr() + "/agent/ws"

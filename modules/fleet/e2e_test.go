@@ -85,6 +85,7 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 		form := p.MustElement(`[data-testid="add-account"]`)
 		form.MustElement(`input[name="key"]`).MustInput(fmt.Sprintf("acct-%d", i))
 		form.MustElement(`input[name="board_url"]`).MustInput("http://127.0.0.1:9")
+		form.MustElement(`input[name="client"]`).MustInput("acme")
 		form.MustElement(`input[name="username"]`).MustInput(fmt.Sprintf("dispatch%d", i))
 		form.MustElement(`input[name="password"]`).MustInput(boardPassword(i))
 		form.MustElement(`input[name="totp_secret"]`).MustInput(boardTOTP(i))

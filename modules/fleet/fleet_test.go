@@ -77,7 +77,7 @@ func newUUID(t *testing.T, b *bundle) string {
 
 func (b *bundle) agent(t *testing.T, key string) (id, token string) {
 	ctx := context.Background()
-	acct, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: key, BoardURL: "http://127.0.0.1:1",
+	acct, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: key, BoardURL: "http://127.0.0.1:1", Client: "acme",
 		Username: "user-" + key, Password: "pw-" + key + "-Secret!", TOTPSecret: "JBSWY3DPEHPK3PXP",
 		Workers: []wire.WorkerSpec{{Name: "idle-1", Kind: "idle"}}}, ops)
 	require.NoError(t, err)

@@ -696,15 +696,21 @@ func (g *Gateway) Offer(ctx context.Context, tenant string, o wire.Offer) {
 }
 
 // ErrNoAgent means no agent of the tenant that could answer is connected here.
-var ErrNoAgent = errors.New("fleet: no connected agent of that tenant can look up bookings")
+var ErrNoAgent = errors.New("fleet: no connected agent of that tenant's platform client can look up bookings")
 
-// Lookup asks one connected agent of tenant to look up the client's bookings
-// and waits for its answer. It implements the claim engine's Lookuper.
-func (g *Gateway) Lookup(ctx context.Context, tenant string, l wire.Lookup) (wire.LookupResult, error) {
+// Lookup asks one connected agent of tenant whose account books as client
+// as to look up that client's bookings, and waits for its answer. An agent
+// of another client is never asked: its "no booking" would prove nothing.
+// It implements the claim engine's Lookuper.
+func (g *Gateway) Lookup(ctx context.Context, tenant string, as claim.Client, l wire.Lookup) (wire.LookupResult, error) {
+	ofClient, err := g.store.ClientAgents(ctx, tenant, as.Board, as.Name)
+	if err != nil {
+		return wire.LookupResult{}, err
+	}
 	g.mu.Lock()
 	var cs []*conn
 	for _, c := range g.byTenant[tenant] {
-		if wire.InVersion(wire.TypeLookup, c.version) {
+		if wire.InVersion(wire.TypeLookup, c.version) && ofClient[c.agent.ID] {
 			cs = append(cs, c)
 		}
 	}
@@ -715,7 +721,7 @@ func (g *Gateway) Lookup(ctx context.Context, tenant string, l wire.Lookup) (wir
 	}
 	g.mu.Unlock()
 	if c == nil {
-		return wire.LookupResult{}, ErrNoAgent
+		return wire.LookupResult{}, fmt.Errorf("%w (%s)", ErrNoAgent, as)
 	}
 	if l.RequestID == "" {
 		l.RequestID = wire.NewID()

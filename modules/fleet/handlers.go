@@ -29,6 +29,7 @@ func Mount(r chi.Router, d Deps) {
 	r.Method(http.MethodGet, "/t/{tenant}/fleet", auth.Require(auth.FleetRead, d.page))
 	r.Method(http.MethodGet, "/t/{tenant}/fleet/rows", auth.Require(auth.FleetRead, d.rows))
 	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts", auth.Require(auth.FleetSteer, d.createAccount))
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts/platform", auth.Require(auth.FleetSteer, d.setPlatform))
 	for _, a := range []struct {
 		path string
 		h    http.HandlerFunc
@@ -185,11 +186,43 @@ func parseWorkers(s string) ([]wire.WorkerSpec, error) {
 	return out, nil
 }
 
+// refused shows the fleet page again with why a change was refused (422).
+func (d Deps) refused(w http.ResponseWriter, r *http.Request, err error) {
+	t, _ := auth.TenantFrom(r.Context())
+	m, merr := d.model(r)
+	if merr != nil {
+		auth.ServerError(w, r)
+		return
+	}
+	m.Error = strings.TrimPrefix(err.Error(), "fleet: ")
+	views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+}
+
+// setPlatform changes the board and client of one account, or of every
+// account of the tenant at once (account "all").
+func (d Deps) setPlatform(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	id := r.FormValue("account")
+	if id == "all" {
+		id = ""
+	} else if id == "" {
+		d.refused(w, r, errors.New("fleet: choose an account, or every account"))
+		return
+	}
+	if err := d.Store.SetPlatform(r.Context(), t.ID, id, strings.TrimSpace(r.FormValue("board_url")),
+		strings.TrimSpace(r.FormValue("client")), actor(r)); err != nil {
+		d.refused(w, r, err)
+		return
+	}
+	d.back(w, r, "ok", "Board and client saved.")
+}
+
 func (d Deps) createAccount(w http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
 	workers, err := parseWorkers(r.FormValue("workers"))
 	in := AccountInput{Key: strings.TrimSpace(r.FormValue("key")), Region: strings.TrimSpace(r.FormValue("region")),
-		BoardURL: strings.TrimSpace(r.FormValue("board_url")), Username: strings.TrimSpace(r.FormValue("username")),
+		BoardURL: strings.TrimSpace(r.FormValue("board_url")), Client: strings.TrimSpace(r.FormValue("client")),
+		Username: strings.TrimSpace(r.FormValue("username")),
 		Password: r.FormValue("password"), TOTPSecret: strings.TrimSpace(r.FormValue("totp_secret")), Workers: workers}
 	if err == nil {
 		err = in.Validate()
@@ -199,13 +232,7 @@ func (d Deps) createAccount(w http.ResponseWriter, r *http.Request) {
 		id, err = d.Store.CreateAccount(r.Context(), t.ID, in, actor(r))
 	}
 	if err != nil {
-		m, merr := d.model(r)
-		if merr != nil {
-			auth.ServerError(w, r)
-			return
-		}
-		m.Error = strings.TrimPrefix(err.Error(), "fleet: ")
-		views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+		d.refused(w, r, err)
 		return
 	}
 	name := "agent-" + in.Key

@@ -28,6 +28,7 @@ type lookupFleet struct {
 	board *board.Server
 	g     *fleet.Gateway
 	eng   *claim.Engine
+	acme  claim.Client
 }
 
 func startLookupFleet(t *testing.T) *lookupFleet {
@@ -37,7 +38,7 @@ func startLookupFleet(t *testing.T) *lookupFleet {
 	brd := boardtest.Start(t)
 	acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
-	id, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acme-1", BoardURL: brd.URL(),
+	id, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acme-1", BoardURL: brd.URL(), Client: "acme",
 		Username: "acme-1", Password: "acme-password-1", TOTPSecret: acct.TOTPSecret,
 		Workers: []wire.WorkerSpec{{Name: "http_actor-1", Kind: agent.KindHTTPActor}}}, ops)
 	require.NoError(t, err)
@@ -66,14 +67,15 @@ func startLookupFleet(t *testing.T) *lookupFleet {
 		case <-time.After(10 * time.Second):
 		}
 	})
+	acme := claim.Client{Board: brd.URL(), Name: "acme"}
 	// The actor has signed in once a look-up is answered complete.
 	require.Eventually(t, func() bool {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		res, err := g.Lookup(lctx, b.tenant, wire.Lookup{RequestID: wire.NewID(), Keys: []string{"none"}})
+		res, err := g.Lookup(lctx, b.tenant, acme, wire.Lookup{RequestID: wire.NewID(), Keys: []string{"none"}})
 		return err == nil && res.Complete
 	}, time.Minute, 200*time.Millisecond, "the agent's actor signs in and answers look-ups")
-	return &lookupFleet{bundle: b, board: brd, g: g, eng: eng}
+	return &lookupFleet{bundle: b, board: brd, g: g, eng: eng, acme: acme}
 }
 
 // TestLookupOfTenThousandBookingsIsComplete is issue 11's item 9: one client
@@ -101,7 +103,7 @@ func TestLookupOfTenThousandBookingsIsComplete(t *testing.T) {
 	cursor, pages := "", 0
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		res, err := f.g.Lookup(lctx, f.tenant, wire.Lookup{RequestID: wire.NewID(), Cursor: cursor})
+		res, err := f.g.Lookup(lctx, f.tenant, f.acme, wire.Lookup{RequestID: wire.NewID(), Cursor: cursor})
 		cancel()
 		require.NoError(t, err)
 		require.True(t, res.Complete, "page %d: %s", pages+1, res.Error)
@@ -126,7 +128,7 @@ func TestLookupOfTenThousandBookingsIsComplete(t *testing.T) {
 	// A keyed look-up (the reconciler's) carries only what it asks for:
 	// the agent walks every page of the board and answers once.
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	res, err := f.g.Lookup(lctx, f.tenant, wire.Lookup{RequestID: wire.NewID(), Keys: []string{loads[17].ID, loads[9999].ID}})
+	res, err := f.g.Lookup(lctx, f.tenant, f.acme, wire.Lookup{RequestID: wire.NewID(), Keys: []string{loads[17].ID, loads[9999].ID}})
 	cancel()
 	require.NoError(t, err)
 	require.True(t, res.Complete, res.Error)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/db"
@@ -48,8 +49,12 @@ func NewStore(pool *pgxpool.Pool, v *vault.Vault) *Store { return &Store{pool: p
 // AccountInput is what an operator enters for a platform account.
 type AccountInput struct {
 	Key, Region, BoardURL, Username string
-	Password, TOTPSecret            string
-	Workers                         []wire.WorkerSpec
+	// Client is the platform client the account books as (the board's
+	// name for the customer whose bookings it makes). Every account of a
+	// tenant books as the same client on the same board.
+	Client               string
+	Password, TOTPSecret string
+	Workers              []wire.WorkerSpec
 }
 
 type sealedSecrets struct {
@@ -68,6 +73,8 @@ func (in AccountInput) Validate() error {
 		return errors.New("fleet: board URL must start with http:// or https://")
 	case in.Username == "":
 		return errors.New("fleet: username is required")
+	case validClient(in.Client) != nil:
+		return validClient(in.Client)
 	case in.Password == "":
 		return errors.New("fleet: password is required")
 	case in.TOTPSecret == "":
@@ -79,6 +86,31 @@ func (in AccountInput) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validClient checks a platform client's name.
+func validClient(c string) error {
+	if strings.TrimSpace(c) == "" {
+		return errors.New("fleet: platform client is required (the client the account books as on the board)")
+	}
+	if len(c) > 200 || strings.ContainsFunc(c, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return errors.New("fleet: platform client must be at most 200 printable characters")
+	}
+	return nil
+}
+
+// ErrOtherClient is the one-client rule's refusal: another account of the
+// tenant books as another client or on another board.
+var ErrOtherClient = errors.New("every account of a tenant books as the same client on the same board")
+
+// oneClient turns the database's refusal (trigger accounts_one_client) into
+// an error naming the conflicting account.
+func oneClient(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.ConstraintName == "accounts_one_client" {
+		return fmt.Errorf("fleet: %s: %w (change %s first, or move every account at once)", pe.Message, ErrOtherClient, pe.Detail)
+	}
+	return err
 }
 
 // CreateAccount stores an account; its secrets are sealed with the panel's
@@ -102,14 +134,18 @@ func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInpu
 		}
 		pt, _ := json.Marshal(sealedSecrets{Password: in.Password, TOTPSecret: in.TOTPSecret})
 		box := s.vault.Seal(pt, "account:"+id)
-		if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, tenant_id, account_key, region, board_url, username, secret_box, workers)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, tenant, in.Key, in.Region, in.BoardURL, in.Username, box, workers); err != nil {
-			return err
+		if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, tenant_id, account_key, region, board_url, username, client, secret_box, workers)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, id, tenant, in.Key, in.Region, in.BoardURL, in.Username, in.Client, box, workers); err != nil {
+			return oneClient(err)
 		}
 		by.Action, by.Target = "fleet.account.create", "account "+in.Key
-		by.Detail = map[string]any{"account_id": id, "region": in.Region, "board_url": in.BoardURL, "username": in.Username, "workers": in.Workers}
+		by.Detail = map[string]any{"account_id": id, "region": in.Region, "board_url": in.BoardURL, "username": in.Username,
+			"client": in.Client, "workers": in.Workers}
 		return audit.Append(ctx, tx, by)
 	})
+	if errors.Is(err, ErrOtherClient) {
+		return "", err
+	}
 	if err != nil {
 		return "", fmt.Errorf("fleet: create account: %w", err)
 	}
@@ -129,19 +165,86 @@ func (s *Store) SetWorkers(ctx context.Context, tenant, accountID string, worker
 	})
 }
 
-// SetBoardURL points an account at its platform's address (audited).
-func (s *Store) SetBoardURL(ctx context.Context, tenant, accountID, url string, by audit.Entry) error {
-	if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+// SetPlatform changes the board and the platform client an account books
+// as, or (accountID "") those of every account of the tenant at once, in
+// one statement: the way to move a tenant to another board or client. A
+// change that would leave two accounts of the tenant on different clients
+// or boards is refused, naming the other account (ErrOtherClient). Audited
+// with the values before.
+func (s *Store) SetPlatform(ctx context.Context, tenant, accountID, boardURL, client string, by audit.Entry) error {
+	if !strings.HasPrefix(boardURL, "http://") && !strings.HasPrefix(boardURL, "https://") {
 		return errors.New("fleet: board URL must start with http:// or https://")
 	}
-	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE accounts SET board_url = $2 WHERE id = $1`, accountID, url); err != nil {
-			return fmt.Errorf("fleet: set board URL: %w", err)
+	if err := validClient(client); err != nil {
+		return err
+	}
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		type before struct {
+			Key      string `json:"account"`
+			BoardURL string `json:"board_url"`
+			Client   string `json:"client"`
 		}
-		by.Action, by.Target = "fleet.account.board_url", "account "+accountID
-		by.Detail = map[string]any{"account_id": accountID, "board_url": url}
+		rows, err := tx.Query(ctx, `SELECT account_key, board_url, client FROM accounts
+			WHERE ($1 = '' OR id::text = $1) ORDER BY account_key FOR UPDATE`, accountID)
+		if err != nil {
+			return err
+		}
+		was, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (before, error) {
+			var b before
+			return b, r.Scan(&b.Key, &b.BoardURL, &b.Client)
+		})
+		if err != nil {
+			return err
+		}
+		if len(was) == 0 && accountID != "" {
+			return errors.New("fleet: no such account")
+		}
+		same := true
+		for _, b := range was {
+			same = same && b.Client == client && strings.TrimRight(b.BoardURL, "/") == strings.TrimRight(boardURL, "/")
+		}
+		if same {
+			return nil // nothing changes, nothing is audited
+		}
+		if _, err := tx.Exec(ctx, `UPDATE accounts SET board_url = $2, client = $3 WHERE ($1 = '' OR id::text = $1)`,
+			accountID, boardURL, client); err != nil {
+			return oneClient(err)
+		}
+		by.Action, by.Target = "fleet.account.platform", "account "+was[0].Key
+		if accountID == "" {
+			by.Target = "every account"
+		}
+		by.Detail = map[string]any{"board_url": boardURL, "client": client, "before": was}
 		return audit.Append(ctx, tx, by)
 	})
+	if err != nil && !errors.Is(err, ErrOtherClient) && !strings.HasPrefix(err.Error(), "fleet: ") {
+		return fmt.Errorf("fleet: set board and client: %w", err)
+	}
+	return err
+}
+
+// ClientAgents returns the ids of the tenant's agents whose account books as
+// client on board: the only ones a look-up of that client's bookings may be
+// answered by.
+func (s *Store) ClientAgents(ctx context.Context, tenant, board, client string) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT ag.id::text FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
+			WHERE ac.client = $1 AND ac.client <> '' AND rtrim(ac.board_url, '/') = rtrim($2, '/')
+			  AND ag.retired_at IS NULL`, client, board)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, id := range ids {
+			out[id] = true
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: agents of client %s: %w", client, err)
+	}
+	return out, nil
 }
 
 func newToken(tenant string) (token string, hash []byte) {

@@ -128,7 +128,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	store := fleet.NewStore(d.App, v)
 	var tenant string
 	require.NoError(b, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('swarm', 'Swarm') RETURNING id::text`).Scan(&tenant))
-	acct, err := store.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "swarm", BoardURL: "http://127.0.0.1:1",
+	acct, err := store.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "swarm", BoardURL: "http://127.0.0.1:1", Client: "acme",
 		Username: "u", Password: "swarm-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	require.NoError(b, err)
 	tokens := make([]string, n+3)

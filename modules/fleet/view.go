@@ -79,7 +79,10 @@ type Fleet struct {
 // AccountView is an account without its secrets.
 type AccountView struct {
 	ID, Key, Region, BoardURL, Username string
-	Workers                             []wire.WorkerSpec
+	// Client is the platform client the account books as ("" for an
+	// account made before the one-client rule: not stated).
+	Client  string
+	Workers []wire.WorkerSpec
 }
 
 // List returns the tenant's fleet as the console shows it.
@@ -118,7 +121,7 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		acc, err := tx.Query(ctx, `SELECT id::text, account_key, region, board_url, username, workers FROM accounts ORDER BY account_key`)
+		acc, err := tx.Query(ctx, `SELECT id::text, account_key, region, board_url, username, client, workers FROM accounts ORDER BY account_key`)
 		if err != nil {
 			return err
 		}
@@ -126,7 +129,7 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		for acc.Next() {
 			var a AccountView
 			var w []byte
-			if err := acc.Scan(&a.ID, &a.Key, &a.Region, &a.BoardURL, &a.Username, &w); err != nil {
+			if err := acc.Scan(&a.ID, &a.Key, &a.Region, &a.BoardURL, &a.Username, &a.Client, &w); err != nil {
 				return err
 			}
 			_ = json.Unmarshal(w, &a.Workers)

@@ -48,7 +48,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	b.fl = fleet.NewStore(b.d.App, v)
 	require.NoError(t, b.d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&b.tenant))
-	acct, err := b.fl.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Username: "u",
+	acct, err := b.fl.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u",
 		Password: "Board-Password-1", TOTPSecret: "JBSWY3DPEHPK3PXP",
 		Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}, {Name: "actor-1", Kind: "http_actor"}}}, by)
 	require.NoError(t, err)

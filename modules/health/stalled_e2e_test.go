@@ -93,7 +93,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	st := fleet.NewStore(d.App, v)
 	acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "pw-acme-1-Zq9", Client: "acme"})
 	require.NoError(t, err)
-	accountID, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "acme-1", BoardURL: brd.URL(), Username: "acme-1",
+	accountID, err := st.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "acme-1", BoardURL: brd.URL(), Client: "acme", Username: "acme-1",
 		Password: "pw-acme-1-Zq9", TOTPSecret: acct.TOTPSecret, Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}}}, ops)
 	require.NoError(t, err)
 	agentID, tok, err := st.CreateAgent(ctx, tenant, accountID, "agent-1", ops)

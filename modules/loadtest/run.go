@@ -299,7 +299,7 @@ func (r *runner) setup(ctx context.Context) error {
 			r.addSecret(pw, "board_password", a.Name)
 			r.addSecret(acct.TOTPSecret, "totp_secret", a.Name)
 			accID, err := r.fleet.CreateAccount(ctx, r.tenantIDs[ti], fleet.AccountInput{Key: a.Name, BoardURL: r.board().URL(),
-				Username: a.Name, Password: pw, TOTPSecret: acct.TOTPSecret, Workers: a.Workers}, ops)
+				Client: t.Client, Username: a.Name, Password: pw, TOTPSecret: acct.TOTPSecret, Workers: a.Workers}, ops)
 			if err != nil {
 				return err
 			}

@@ -77,7 +77,7 @@ func (c *console) audited(t *testing.T, chain, action string) []auditRow {
 func (c *console) agent(t *testing.T, tn tenant.Tenant) string {
 	t.Helper()
 	ctx := context.Background()
-	acct, err := c.fleet.CreateAccount(ctx, tn.ID, fleet.AccountInput{Key: "acct-" + tn.Slug, BoardURL: "http://127.0.0.1:9",
+	acct, err := c.fleet.CreateAccount(ctx, tn.ID, fleet.AccountInput{Key: "acct-" + tn.Slug, BoardURL: "http://127.0.0.1:9", Client: tn.Slug,
 		Username: "dispatch", Password: "Board-Password-1", TOTPSecret: "JBSWY3DPEHPK3PXP"}, testBy)
 	require.NoError(t, err)
 	id, _, err := c.fleet.CreateAgent(ctx, tn.ID, acct, "agent-"+tn.Slug, testBy)

@@ -200,7 +200,7 @@ func TestCrawlProxyPages(t *testing.T) {
 
 	// The fleet page's egress column: the proxy an agent's crawler was
 	// last handed, with its state.
-	acct, err := c.fleet.CreateAccount(ctx, a.ID, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Username: "u1",
+	acct, err := c.fleet.CreateAccount(ctx, a.ID, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u1",
 		Password: "pw-long-enough-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: "crawler"}}}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
 	agentID, _, err := c.fleet.CreateAgent(ctx, a.ID, acct, "agent-acct-1", audit.Entry{Actor: "t"})

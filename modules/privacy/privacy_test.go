@@ -61,7 +61,7 @@ func TestExportAndEraseATenant(t *testing.T) {
 	const password = "Platform-Password-7781"
 	testenv.Secret(t, password)
 	for _, tn := range []tenant.Tenant{acme, other} {
-		acct, err := st.CreateAccount(ctx, tn.ID, fleet.AccountInput{Key: "acct-" + tn.Slug, BoardURL: "http://127.0.0.1:9", Username: "u-" + tn.Slug,
+		acct, err := st.CreateAccount(ctx, tn.ID, fleet.AccountInput{Key: "acct-" + tn.Slug, BoardURL: "http://127.0.0.1:9", Client: tn.Slug, Username: "u-" + tn.Slug,
 			Password: password, TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "w", Kind: "watcher"}}}, ops)
 		require.NoError(t, err)
 		_, _, err = st.CreateAgent(ctx, tn.ID, acct, "agent-"+tn.Slug, ops)

@@ -84,7 +84,7 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	var acme string
 	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
 	ops := audit.Entry{Actor: "test"}
-	acct, err := st.CreateAccount(ctx, acme, fleet.AccountInput{Key: "acct", BoardURL: "http://127.0.0.1:9", Username: "u",
+	acct, err := st.CreateAccount(ctx, acme, fleet.AccountInput{Key: "acct", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u",
 		Password: "unused-pw-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "w", Kind: "watcher"}}}, ops)
 	require.NoError(t, err)
 	agent, _, err := st.CreateAgent(ctx, acme, acct, "agent-1", ops)
