@@ -103,7 +103,7 @@ func Enrol(ctx context.Context, p *panel.Panel, owner *pgxpool.Pool, slug string
 	if _, err := p.Claims.PutFilter(ctx, ops, tenant, claim.Filter{Name: "every job", Enabled: true}); err != nil {
 		return "", nil, fmt.Errorf("bench: %w", err)
 	}
-	acct, err := p.Fleet.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Username: "bench",
+	acct, err := p.Fleet.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "bench", BoardURL: "http://127.0.0.1:1", Client: "bench", Username: "bench",
 		Password: "bench-" + randomHex(8), TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	if err != nil {
 		return "", nil, fmt.Errorf("bench: %w", err)
