@@ -32,11 +32,14 @@ func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) erro
 		return fmt.Errorf("agent: %w", err)
 	}
 	a := &httpActor{env: env, sess: sess}
+	// Registered before the sign-in, so once the panel hears
+	// session_refreshed this worker can answer look-ups (a look-up before
+	// that gets an incomplete answer, which decides nothing).
+	unregister := env.Sessions.Register(env.Spec.Name, sess.Bookings)
+	defer unregister()
 	if err := a.signIn(ctx, "start"); err != nil {
 		return err
 	}
-	unregister := env.Sessions.Register(env.Spec.Name, sess.Bookings)
-	defer unregister()
 
 	grants := env.Claims.Grants(env.Spec.Name)
 	warm := settingMS(env.Spec, SettingKeepWarmMS, 20*time.Second)
