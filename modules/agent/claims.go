@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -568,5 +567,3 @@ func (s *Sessions) lookers() []lookFunc {
 	}
 	return out
 }
-
-var _ = slog.LevelInfo

@@ -153,33 +153,11 @@ func actOnGrant(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad pla
 		checked = true
 		return nil
 	}
-	hard := time.Duration(g.HardTimeoutMillis) * time.Millisecond
-	if hard <= 0 {
-		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
-	}
-	actx, cancel := context.WithTimeout(ctx, hard)
 	idem := g.BookingKey
 	if idem == "" {
 		idem = g.OperationID
 	}
-	res := book(actx, g.Job.Key, idem, env.gateStop.wrap(gate))
-	cancel()
-	if res.Result == "" {
-		res.Result = wire.ResultUnknown
-	}
-	out.Result, out.Detail = res.Result, res.Detail
-	if !res.SentAt.IsZero() {
-		t := res.SentAt
-		out.SentAt = &t
-	}
-	if !res.ConfirmedAt.IsZero() {
-		t := res.ConfirmedAt
-		out.ConfirmedAt = &t
-	}
-	if err := env.Claims.Outcome(ctx, out); err != nil {
-		log.Warn("agent: outcome queued; the panel will get it on reconnect", "err", err)
-	}
-	h.Completed(wire.Operation{ID: g.OperationID, JobKey: g.Job.Key, Outcome: res.Result, FinishedAt: env.Clock.Now()})
+	res := bookAndReport(ctx, h, env, log, out, int64(g.HardTimeoutMillis), idem, gate, book)
 	log.Info("agent: acted on a grant", "result", res.Result, "detail", res.Detail)
 	return res, true
 }

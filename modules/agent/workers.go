@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -263,18 +264,29 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform
 		}
 		return platform.BookResult{}, false
 	}
-	hard := time.Duration(lease.HardTimeoutMillis) * time.Millisecond
-	if hard <= 0 {
-		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
-	}
-	actx, cancel := context.WithTimeout(ctx, hard)
 	// The job's booking key is the Idempotency-Key of every attempt; a v3
 	// panel sends none, and then the operation id is (the old rule).
 	idem := lease.BookingKey
 	if idem == "" {
 		idem = opID
 	}
-	res := book(actx, o.Job.Key, idem, env.gateStop.wrap(gate))
+	res := bookAndReport(ctx, h, env, log, out, int64(lease.HardTimeoutMillis), idem, gate, book)
+	log.Info("agent: acted", "result", res.Result, "detail", res.Detail)
+	return res, true
+}
+
+// bookAndReport sends the booking request through the gate within the hard
+// timeout, reports the outcome (queued in the outbox when the panel cannot
+// be reached) and marks the operation completed. Offers and grants share it
+// from the moment the journal holds the operation.
+func bookAndReport(ctx context.Context, h *supervisor.Handle, env WorkerEnv, log *slog.Logger, out wire.Outcome,
+	hardMS int64, idem string, gate func() error, book booker) platform.BookResult {
+	hard := time.Duration(hardMS) * time.Millisecond
+	if hard <= 0 {
+		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
+	}
+	actx, cancel := context.WithTimeout(ctx, hard)
+	res := book(actx, out.Key, idem, env.gateStop.wrap(gate))
 	cancel()
 	if res.Result == "" {
 		res.Result = wire.ResultUnknown
@@ -291,7 +303,6 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform
 	if err := env.Claims.Outcome(ctx, out); err != nil {
 		log.Warn("agent: outcome queued; the panel will get it on reconnect", "err", err)
 	}
-	h.Completed(wire.Operation{ID: opID, JobKey: o.Job.Key, Outcome: res.Result, FinishedAt: env.Clock.Now()})
-	log.Info("agent: acted", "result", res.Result, "detail", res.Detail)
-	return res, true
+	h.Completed(wire.Operation{ID: out.OperationID, JobKey: out.Key, Outcome: res.Result, FinishedAt: env.Clock.Now()})
+	return res
 }
