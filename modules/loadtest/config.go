@@ -47,7 +47,8 @@ type Config struct {
 	// bookings) or "off" (it does not, as many real platforms do not).
 	BoardIdempotency string
 	// DispatchMode is the tenants' claim dispatch mode: race or assign
-	// (docs/CLAIMS.md, "Dispatch modes"). Empty: race.
+	// (docs/CLAIMS.md, "Dispatch modes"). Empty: assign, the default of a
+	// new tenant.
 	DispatchMode string
 }
 
@@ -65,12 +66,18 @@ func (c *Config) Register(s *config.Set) {
 	s.Duration(&c.Progress, "progress", "FLEET_LOADTEST_PROGRESS", 10*time.Second, "how often a progress line is printed")
 	s.Enum(&c.BoardIdempotency, "board-idempotency", "FLEET_LOADTEST_BOARD_IDEMPOTENCY", "on", []string{"on", "off"},
 		"whether the run's board honours Idempotency-Key on bookings (off: a platform that books a replayed request again)")
-	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "race", []string{"race", "assign"},
+	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "assign", []string{"race", "assign"},
 		"the tenants' claim dispatch mode: race (every warm actor asks for each job) or assign (the panel grants each job to one actor)")
 }
 
 // Validate reports the first bad setting.
 func (c *Config) Validate() error {
+	if c.BoardIdempotency == "" {
+		c.BoardIdempotency = "on"
+	}
+	if c.DispatchMode == "" {
+		c.DispatchMode = "assign"
+	}
 	switch {
 	case c.Workers < 6:
 		return fmt.Errorf("loadtest: --workers must be at least 6 (three tenants, each a watcher and an actor), got %d", c.Workers)
@@ -86,11 +93,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("loadtest: --settle must be at least 10s, got %s", c.Settle)
 	case c.Chaos != "on" && c.Chaos != "off":
 		return errors.New("loadtest: --chaos must be on or off")
-	case c.BoardIdempotency == "":
-		c.BoardIdempotency = "on"
 	case c.BoardIdempotency != "on" && c.BoardIdempotency != "off":
 		return fmt.Errorf("loadtest: --board-idempotency must be on or off, got %q", c.BoardIdempotency)
-	case c.DispatchMode != "" && c.DispatchMode != "race" && c.DispatchMode != "assign":
+	case c.DispatchMode != "race" && c.DispatchMode != "assign":
 		return fmt.Errorf("loadtest: --dispatch-mode must be race or assign, got %q", c.DispatchMode)
 	}
 	if c.Progress <= 0 {

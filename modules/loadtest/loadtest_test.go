@@ -39,6 +39,7 @@ type report struct {
 	MaxChromium            int            `json:"max_chromium"`
 	LeftBehind             int            `json:"processes_left_behind"`
 	Workers                int            `json:"workers"`
+	DispatchMode           string         `json:"dispatch_mode"`
 	Failed                 bool           `json:"failed"`
 	GivenUpAfterUnknown    *int           `json:"given_up_after_unknown"`
 	LateEvidenceApplied    *int           `json:"late_evidence_applied"`
@@ -125,7 +126,11 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 		require.Positive(t, s.Count, stage)
 		require.True(t, s.P50 <= s.P95 && s.P95 <= s.P99, "%s percentiles in order: %+v", stage, s)
 	}
-	require.Positive(t, rep.Panel["lease"].Count, "the replicas measured their own lease statements")
+	// The run dispatches in the default mode, assign: the replicas granted
+	// jobs (the gate's checks and the grants' pub/sub hop measured too).
+	require.Equal(t, "assign", rep.DispatchMode)
+	require.Positive(t, rep.Panel["grant"].Count, "the replicas measured their own grants")
+	require.Positive(t, rep.Panel["gate"].Count, "the actors' gate checks were answered")
 
 	// No process of the run is left: none names its directory.
 	entries, err := os.ReadDir("/proc")
@@ -149,4 +154,15 @@ func TestBoardIdempotencyFlagIsOnOrOff(t *testing.T) {
 	require.Equal(t, 2, exit.ExitCode(), string(out))
 	require.Contains(t, string(out), "board-idempotency")
 	require.Contains(t, string(out), "on")
+}
+
+// A dispatch mode the panel does not have is refused before anything runs.
+func TestDispatchModeFlagIsRaceOrAssign(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t), "loadtest", "--dispatch-mode=fastest")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 2, exit.ExitCode(), string(out))
+	require.Contains(t, string(out), "dispatch-mode")
+	require.Contains(t, string(out), "assign")
 }
