@@ -1,6 +1,7 @@
 // Package limit holds the installation's caps on the work a fleet does, per
 // tenant and globally: browser concurrency, run time per task, retries,
-// crawl pages per day and an enrolled assistant's model spend per day. The lowest of the task's own, the tenant's and the global limit
+// crawl pages per day, requests per platform account per hour and an
+// enrolled assistant's model spend per day. The lowest of the task's own, the tenant's and the global limit
 // applies (Limits.Apply). Limits are set in the console (/limits) and the
 // CLI (fleetwright limit), each change audited; reaching one stops the work
 // with a reason that names the limit and where it was set, logged and
@@ -15,6 +16,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +50,11 @@ const (
 	// ModelSpendPerDay caps an enrolled assistant's model spend per UTC day,
 	// in micro-USD.
 	ModelSpendPerDay Name = "model_spend_day"
+	// AccountRequestsPerHour caps the HTTP requests an agent's workers send
+	// to the platform for one account in any rolling hour (watchers'
+	// polling included). The panel sends it to each agent (wire
+	// RequestLimit); the agent counts and holds its workers at the budget.
+	AccountRequestsPerHour Name = "account_requests_hour"
 )
 
 // Unit says how a limit's value is read and written.
@@ -76,6 +83,7 @@ var Defs = []Def{
 	{Retries, "Retries per failed step", Count, "a crawl page is given up after this many retries"},
 	{CrawlPagesPerDay, "Crawl pages per day (UTC)", Count, "crawl runs stop when the tenant's pages today reach it"},
 	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "an enrolled assistant whose spend today reaches it is paused by the panel; a person resumes it"},
+	{AccountRequestsPerHour, "Requests per platform account per hour", Count, "each agent counts its account's requests to the platform (page loads, polls, sign-ins, bookings) over a rolling hour; at the budget it stops polling and taking work until the window frees (a claim already acting finishes)"},
 }
 
 // DefOf returns the definition of n.
@@ -269,7 +277,34 @@ func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string,
 	if err != nil {
 		return fmt.Errorf("limit: set %s: %w", n, err)
 	}
+	hooksMu.Lock()
+	hs := hooks[n]
+	hooksMu.Unlock()
+	for _, h := range hs {
+		if err := h(ctx, pool, tenant, by); err != nil {
+			return fmt.Errorf("limit: %s is set, but what enforces it was not told (it learns at its next connection): %w", n, err)
+		}
+	}
 	return nil
+}
+
+// Hook is told, after the change committed, that a limit of tenant (or the
+// global one: tenant Global) changed, so what enforces it elsewhere learns
+// it at once (the fleet gateway sends account_requests_hour to agents).
+type Hook func(ctx context.Context, pool *pgxpool.Pool, tenant string, by audit.Entry) error
+
+var (
+	hooksMu sync.Mutex
+	hooks   = map[Name][]Hook{}
+)
+
+// OnChange registers h for changes of n. The package that enforces a limit
+// outside the panel's own process registers in its init, so the console
+// and the CLI both reach it.
+func OnChange(n Name, h Hook) {
+	hooksMu.Lock()
+	defer hooksMu.Unlock()
+	hooks[n] = append(hooks[n], h)
 }
 
 // AlarmKind is the alarm raised when a limit stops work.
@@ -296,6 +331,12 @@ func Metrics(reg prometheus.Registerer) {
 // (the page that shows the stopped work). The alarm is resolved by a person
 // or by Clear when work under the limit next ends within it.
 func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, what, link string) {
+	ReachedKey(ctx, pool, log, tenant, e, string(e.Name), what, link)
+}
+
+// ReachedKey is Reached with the alarm's key given, for a limit that holds
+// several things apart (one alarm per platform account's request budget).
+func ReachedKey(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, key, what, link string) {
 	reachedTotal.WithLabelValues(string(e.Name)).Inc()
 	if log != nil {
 		log.Warn("limit reached: work stopped", "tenant", tenant, "limit", string(e.Name), "value", e.Value, "from", e.From, "work", what)
@@ -303,7 +344,7 @@ func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant s
 	if link == "" {
 		link = "/limits"
 	}
-	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: string(e.Name), Tenant: tenant, Severity: alarm.Warning,
+	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: key, Tenant: tenant, Severity: alarm.Warning,
 		Summary: what + " stopped: " + e.Reason(), Detail: "Raise or remove the limit on the Limits page, or wait for its window to pass.",
 		Link: link})
 	if err != nil && log != nil {
@@ -314,7 +355,12 @@ func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant s
 // Clear resolves the tenant's limit.reached alarm for n (work under it
 // ended within it).
 func Clear(ctx context.Context, pool *pgxpool.Pool, tenant string, n Name) error {
-	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, string(n), "limit"); err != nil {
+	return ClearKey(ctx, pool, tenant, string(n))
+}
+
+// ClearKey resolves the tenant's limit.reached alarm raised by ReachedKey.
+func ClearKey(ctx context.Context, pool *pgxpool.Pool, tenant, key string) error {
+	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, key, "limit"); err != nil {
 		return fmt.Errorf("limit: clear: %w", err)
 	}
 	return nil
