@@ -242,13 +242,9 @@ func (ps *pageSession) meter(ctx context.Context, page *rod.Page, book func(e *p
 	if book != nil {
 		patterns = append(patterns, &proto.FetchRequestPattern{URLPattern: bside.BookRequestPattern(), RequestStage: proto.FetchRequestStageRequest})
 	}
-	if err := (proto.FetchEnable{Patterns: patterns}).Call(page); err != nil {
-		return nil, fmt.Errorf("agent: enable request interception: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		page.Context(ctx).EachEvent(func(e *proto.FetchRequestPaused) {
+	// Subscribed before interception starts, so no paused request is
+	// missed (one nobody continues would hang the page).
+	events := page.Context(ctx).EachEvent(func(e *proto.FetchRequestPaused) {
 			u := parseURL(e.Request.URL)
 			if book != nil && bside.IsBookRequest(e.Request.Method, u) {
 				book(e)
@@ -262,9 +258,16 @@ func (ps *pageSession) meter(ctx context.Context, page *rod.Page, book func(e *p
 				_ = proto.FetchFailRequest{RequestID: e.RequestID, ErrorReason: proto.NetworkErrorReasonBlockedByClient}.Call(page)
 				return
 			}
-			_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
-		})()
+		_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		events()
 	}()
+	if err := (proto.FetchEnable{Patterns: patterns}).Call(page); err != nil {
+		return func() { <-done }, fmt.Errorf("agent: enable request interception: %w", err)
+	}
 	return func() { <-done }, nil
 }
 
