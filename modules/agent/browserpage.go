@@ -245,19 +245,19 @@ func (ps *pageSession) meter(ctx context.Context, page *rod.Page, book func(e *p
 	// Subscribed before interception starts, so no paused request is
 	// missed (one nobody continues would hang the page).
 	events := page.Context(ctx).EachEvent(func(e *proto.FetchRequestPaused) {
-			u := parseURL(e.Request.URL)
-			if book != nil && bside.IsBookRequest(e.Request.Method, u) {
-				book(e)
-				return
-			}
-			if u.Host != origin.Host {
-				_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
-				return
-			}
-			if err := ps.env.Budget.take(ps.lookups.Load() > 0); err != nil {
-				_ = proto.FetchFailRequest{RequestID: e.RequestID, ErrorReason: proto.NetworkErrorReasonBlockedByClient}.Call(page)
-				return
-			}
+		u := parseURL(e.Request.URL)
+		if book != nil && bside.IsBookRequest(e.Request.Method, u) {
+			book(e)
+			return
+		}
+		if u.Host != origin.Host {
+			_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
+			return
+		}
+		if err := ps.env.Budget.take(ps.lookups.Load() > 0); err != nil {
+			_ = proto.FetchFailRequest{RequestID: e.RequestID, ErrorReason: proto.NetworkErrorReasonBlockedByClient}.Call(page)
+			return
+		}
 		_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
 	})
 	done := make(chan struct{})
