@@ -42,7 +42,10 @@ type PostgresConfig struct {
 	MaxConnections int
 	// NoSync skips initdb's fsync; for throwaway test clusters only.
 	NoSync bool
-	Logger *slog.Logger
+	// TrackStatements loads pg_stat_statements, so a benchmark can say
+	// which statements the database's time goes to (fleetwright bench).
+	TrackStatements bool
+	Logger          *slog.Logger
 }
 
 // Postgres is a running private cluster.
@@ -154,6 +157,9 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		"-c", "log_checkpoints=off",
 		"-c", "log_connections=off",
 		"-c", "log_disconnections=off",
+	}
+	if cfg.TrackStatements {
+		p.args = append(p.args, "-c", "shared_preload_libraries=pg_stat_statements")
 	}
 	if err := p.launch(ctx); err != nil {
 		return nil, err
