@@ -42,8 +42,9 @@ type PostgresConfig struct {
 	MaxConnections int
 	// NoSync skips initdb's fsync; for throwaway test clusters only.
 	NoSync bool
-	// TrackStatements loads pg_stat_statements, so a benchmark can say
-	// which statements the database's time goes to (fleetwright bench).
+	// TrackStatements loads pg_stat_statements and times PL/pgSQL
+	// functions (the triggers), so a benchmark can say which statements and
+	// triggers the database's time goes to (fleetwright bench).
 	TrackStatements bool
 	Logger          *slog.Logger
 }
@@ -159,7 +160,7 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		"-c", "log_disconnections=off",
 	}
 	if cfg.TrackStatements {
-		p.args = append(p.args, "-c", "shared_preload_libraries=pg_stat_statements")
+		p.args = append(p.args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "track_functions=pl")
 	}
 	if err := p.launch(ctx); err != nil {
 		return nil, err

@@ -125,6 +125,11 @@ func TestQuickRunWritesEveryFigure(t *testing.T) {
 			require.NotContains(t, st.Query, "bench-", "statements are normalised: no values")
 		}
 		require.True(t, claims, "%s: a statement on claims is among the top ones: %+v", name, m.SaturationStatements)
+		triggers := false
+		for _, f := range m.SaturationFunctions {
+			triggers = triggers || (strings.HasPrefix(f.Name, "claim_") && f.CallsPerJob > 0)
+		}
+		require.True(t, triggers, "%s: the claim triggers' own time is reported: %+v", name, m.SaturationFunctions)
 		fi, err := os.Stat(filepath.Join(dir, "profiles", name+".pprof"))
 		require.NoError(t, err, "--cpu-profile writes a profile per mode")
 		require.Positive(t, fi.Size())

@@ -73,6 +73,9 @@ type ModeReport struct {
 	// SaturationStatements are the statements that took most of the
 	// database's time in that step (private Postgres only).
 	SaturationStatements []Statement `json:"saturation_statements,omitempty"`
+	// SaturationFunctions are the PL/pgSQL functions (triggers) with most
+	// own time in that step (private Postgres only).
+	SaturationFunctions []Function `json:"saturation_functions,omitempty"`
 }
 
 // Step is one saturation step.
@@ -141,6 +144,12 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "    the database's time in that step, by statement (pg_stat_statements):\n      %6s %9s %9s  %s\n", "share", "per job", "mean ms", "statement")
 			for _, st := range m.SaturationStatements {
 				fmt.Fprintf(w, "      %5.1f%% %9.2f %9.3f  %s\n", 100*st.Share, st.CallsPerJob, st.MeanMS, st.Query)
+			}
+		}
+		if len(m.SaturationFunctions) > 0 {
+			fmt.Fprintf(w, "    PL/pgSQL functions (the triggers) by their own time, as a part of the statements' time:\n      %6s %9s %9s  %s\n", "share", "per job", "self ms", "function")
+			for _, f := range m.SaturationFunctions {
+				fmt.Fprintf(w, "      %5.1f%% %9.2f %9.3f  %s\n", 100*f.Share, f.CallsPerJob, f.SelfMeanMS, f.Name)
 			}
 		}
 	}

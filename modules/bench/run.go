@@ -270,6 +270,9 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 			if mr.SaturationStatements, err = meter.statements.top(ctx, 10, st.Jobs-st.Unfinished); err != nil {
 				return nil, err
 			}
+			if mr.SaturationFunctions, err = meter.statements.functions(ctx, 8, st.Jobs-st.Unfinished); err != nil {
+				return nil, err
+			}
 		}
 		say("  step %d: offered %.0f/s, %.1f leases/s, detect→act_sent p99 %.1f ms, %d unfinished", i+1, rate, st.LeasesPerS, st.DetectActSent.P99, st.Unfinished)
 		if st.DetectActSent.P99 > ms(cfg.MaxP99) || st.Unfinished > 0 {
