@@ -151,7 +151,7 @@ func (k *AddressKeys) create(ctx context.Context, month string) ([]byte, error) 
 func (k *AddressKeys) open(month string, sealed []byte) ([]byte, error) {
 	key, err := k.vault.Open(sealed, keyContext(month))
 	if err != nil {
-		return nil, fmt.Errorf("audit: address key of %s does not open with the panel's secret key: %w", month, err)
+		return nil, fmt.Errorf("audit: the client-address key of %s does not open with this secret key: start the panel with the secret key it was sealed with (--secret-key-file, FLEET_SECRET_KEY); if that key is lost, see docs/OPERATIONS.md, \"Client addresses in audit entries\": %w", month, err)
 	}
 	return key, nil
 }

@@ -158,6 +158,18 @@ func TestClientAddressIsKeyedInTheChainAndClearBesideIt(t *testing.T) {
 	rep = verify(t, d, path)
 	require.True(t, rep.OK(), rep.Problems)
 	require.Equal(t, 4, rep.Entries)
+
+	// Another secret key cannot open the stored key: appending with an
+	// address says what to do, and appends nothing.
+	wrong := audit.NewAddressKeys(d.App, testVault(t), fake)
+	audit.UseAddressKeys(wrong)
+	err = db.InTenant(ctx, d.App, a, func(tx pgx.Tx) error {
+		return audit.Append(ctx, tx, audit.Entry{Actor: "op", Action: "claim.pause", IP: addr})
+	})
+	require.ErrorContains(t, err, "start the panel with the secret key it was sealed with")
+	require.ErrorContains(t, wrong.Ensure(ctx), "does not open with this secret key")
+	rep = verify(t, d, path)
+	require.Equal(t, 4, rep.Entries)
 }
 
 // TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint: entries
