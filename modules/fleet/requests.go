@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -18,8 +17,8 @@ import (
 // The account_requests_hour limit is enforced by the agents (each counts
 // its account's requests to the platform, docs/OPERATIONS.md "Requests per
 // account per hour"): the panel sends it in welcome and configure, and a
-// change reaches the connected agents at once, from the console or the CLI.
-func init() { limit.OnChange(limit.AccountRequestsPerHour, tellAgentsOfLimit) }
+// change reaches the connected agents at once through LimitNotifier, from
+// the console or the CLI.
 
 // RequestLimit is the request budget that applies to the tenant's
 // accounts: the lowest of the tenant's and the global limit (nil: none).
@@ -54,43 +53,29 @@ func (s *Store) configureFor(ctx context.Context, id string, a Agent, cfg wire.C
 }
 
 // tellAgentsOfLimit queues a configure command for every live agent of the
-// tenant (of every tenant for a global limit), each in its tenant's
-// transaction, woken at commit. The command reads the limit when it is
-// sent; agents not connected learn it at their next welcome.
-func tellAgentsOfLimit(ctx context.Context, pool *pgxpool.Pool, tenant string, by audit.Entry) error {
-	tenants := []string{tenant}
-	if tenant == limit.Global {
-		rows, err := pool.Query(ctx, `SELECT id::text FROM tenants ORDER BY slug`)
-		if err != nil {
-			return fmt.Errorf("fleet: tell agents: %w", err)
-		}
-		if tenants, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return fmt.Errorf("fleet: tell agents: %w", err)
-		}
-	}
+// tenant (not the enrolled assistants: they get their own) in tx, woken at
+// commit. The command reads the limit when it is sent; agents not connected
+// learn it at their next welcome.
+func tellAgentsOfLimit(ctx context.Context, tx pgx.Tx, tenant string, by audit.Entry) error {
 	b, _ := json.Marshal(CommandBody{Reason: "request limit changed"})
-	var first error
-	for _, t := range tenants {
-		err := db.InTenant(ctx, pool, t, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
-				SELECT tenant_id, id, $2, $3, $4 FROM agents
-				WHERE tenant_id = $1 AND retired_at IS NULL AND last_seen IS NOT NULL AND assistant_report IS NULL
-				RETURNING agent_id::text`, t, CmdConfigure, b, by.Actor)
-			if err != nil {
-				return err
-			}
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil || len(ids) == 0 {
-				return err
-			}
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids)
-			return err
-		})
-		if err != nil && first == nil {
-			first = fmt.Errorf("fleet: tell agents: %w", err)
-		}
+	rows, err := tx.Query(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
+		SELECT tenant_id, id, $2, $3, $4 FROM agents
+		WHERE tenant_id = $1 AND retired_at IS NULL AND last_seen IS NOT NULL AND assistant_report IS NULL
+		RETURNING agent_id::text`, tenant, CmdConfigure, b, by.Actor)
+	if err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
 	}
-	return first
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids); err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	return nil
 }
 
 // requestLimitEvent turns an agent's request budget events into the

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -54,8 +55,8 @@ func TestRequestLimitReachesAgentsAndItsHoldRaisesAnAlarm(t *testing.T) {
 	ctx := context.Background()
 	_, url := b.replica(t, "a")
 	id, token := b.agent(t, "acct-rl")
-	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.AccountRequestsPerHour, 500, true))
-	require.NoError(t, limit.Set(ctx, b.db.App, ops, limit.Global, limit.AccountRequestsPerHour, 200, true))
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.AccountRequestsPerHour, 500, true, fleet.LimitNotifier{}))
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, limit.Global, limit.AccountRequestsPerHour, 200, true, fleet.LimitNotifier{}))
 
 	// A v3 agent: the field does not exist for it.
 	data, err := wire.Encode(wire.V3, wire.Frame{Time: time.Now(), Message: wire.Hello{Version: wire.V3, MinVersion: 1,
@@ -78,12 +79,12 @@ func TestRequestLimitReachesAgentsAndItsHoldRaisesAnAlarm(t *testing.T) {
 	require.Eventually(t, func() bool { return b.read(t, id).Connected }, 15*time.Second, 20*time.Millisecond)
 
 	// The global limit is removed: the tenant's now applies, pushed at once.
-	require.NoError(t, limit.Set(ctx, b.db.App, ops, limit.Global, limit.AccountRequestsPerHour, 0, false))
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, limit.Global, limit.AccountRequestsPerHour, 0, false, fleet.LimitNotifier{}))
 	c := readUntil[wire.Configure](t, ws, wire.Current)
 	require.Equal(t, &wire.RequestLimit{PerHour: 500, From: "tenant"}, c.RequestLimit)
 	write(t, ws, wire.Current, wire.CommandResult{CommandID: c.CommandID, OK: true})
 	// And removed altogether: the configure carries none.
-	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.AccountRequestsPerHour, 0, false))
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.AccountRequestsPerHour, 0, false, fleet.LimitNotifier{}))
 	c = readUntil[wire.Configure](t, ws, wire.Current)
 	require.Nil(t, c.RequestLimit)
 	write(t, ws, wire.Current, wire.CommandResult{CommandID: c.CommandID, OK: true})
