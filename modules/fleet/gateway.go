@@ -568,7 +568,6 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 			c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
 		}
 		c.g.spend.WithLabelValues(c.agent.Tenant, c.agent.ID).Set(m.CostTodayUSD)
-		c.g.enforceSpend(ctx, c.agent, m)
 		c.assistantAlarms(ctx, m)
 	case wire.CommandResult:
 		if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {

@@ -1,7 +1,8 @@
 // Package limit holds the installation's caps on the work a fleet does, per
 // tenant and globally: browser concurrency, run time per task, retries,
-// crawl pages per day and an enrolled assistant's model spend per day. The lowest of the task's own, the tenant's and the global limit
-// applies (Limits.Apply). Limits are set in the console (/limits) and the
+// crawl pages per day and an enrolled assistant's model spend per day. The
+// lowest of the task's own, the tenant's and the global limit applies
+// (Limits.Apply). Limits are set in the console (/limits) and the
 // CLI (fleetwright limit), each change audited; reaching one stops the work
 // with a reason that names the limit and where it was set, logged and
 // raised as a limit.reached alarm (Reached), never a silent drop.
@@ -75,7 +76,7 @@ var Defs = []Def{
 	{RunTime, "Run time per task", Duration, "a crawl run stops when it reaches it"},
 	{Retries, "Retries per failed step", Count, "a crawl page is given up after this many retries"},
 	{CrawlPagesPerDay, "Crawl pages per day (UTC)", Count, "crawl runs stop when the tenant's pages today reach it"},
-	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "an enrolled assistant whose spend today reaches it is paused by the panel; a person resumes it"},
+	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "the panel sends it to its enrolled assistants (pushed when it changes); an assistant whose spend today reaches it stops its task, naming the limit (an assistant.limit alarm)"},
 }
 
 // DefOf returns the definition of n.
@@ -123,7 +124,11 @@ func (d Def) Parse(s string) (v int64, ok bool, err error) {
 		if err != nil || f < 0 || math.IsInf(f, 0) || f > 1e9 {
 			return 0, false, fmt.Errorf("%s: %q is not an amount in USD (write 2.50)", d.Name, s)
 		}
-		return int64(math.Round(f * 1e6)), true, nil
+		v := int64(math.Round(f * 1e6))
+		if v == 0 {
+			return 0, false, fmt.Errorf("%s: %q would allow no spend at all: write an amount of at least 0.000001, or none to remove the limit", d.Name, s)
+		}
+		return v, true, nil
 	default:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
@@ -226,19 +231,34 @@ func load(ctx context.Context, tx pgx.Tx, tenant string) (Limits, error) {
 	return l, nil
 }
 
+// Notifier is told that a limit changed, inside a transaction in the scope
+// of a tenant concerned, so the change and the news commit together. The
+// fleet implements it (fleet.LimitNotifier): the enrolled assistants of the
+// tenant get the limits they apply (model_spend_day) at once.
+type Notifier interface {
+	LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n Name, by audit.Entry) error
+}
+
 // ErrUnknown is returned for a name that is no limit.
 var ErrUnknown = errors.New("limit: unknown limit")
 
 // Set stores (ok) or removes (!ok) one limit of a tenant, or a global one
 // (tenant Global), audited in that tenant's chain (the system chain for a
-// global limit) as limit.set in the same transaction.
-func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string, n Name, value int64, ok bool) error {
+// global limit) as limit.set in the same transaction. The notifiers are
+// told: of a tenant's limit in the same transaction; of a global one, each
+// tenant in its own transaction right after the limit commits (the row is
+// the truth: a notice that fails is reported and changes nothing stored;
+// those not told learn the limit when they next connect).
+func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string, n Name, value int64, ok bool, tell ...Notifier) error {
 	d, known := DefOf(n)
 	if !known {
 		return fmt.Errorf("%w %q (limits: %s)", ErrUnknown, n, Names())
 	}
 	if value < 0 {
 		return fmt.Errorf("limit: %s must be 0 or more", n)
+	}
+	if ok && value == 0 && d.Unit == USD {
+		return fmt.Errorf("limit: %s of 0 would allow no spend at all: set at least one micro-dollar, or remove the limit", n)
 	}
 	err := db.InTenant(ctx, pool, tenant, func(tx pgx.Tx) error {
 		var old *int64
@@ -263,13 +283,50 @@ func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string,
 		if tenant == Global {
 			target = "global"
 		}
-		by.Action, by.Target, by.Detail = "limit.set", target+" "+string(n), detail
-		return audit.Append(ctx, tx, by)
+		e := by
+		e.Action, e.Target, e.Detail = "limit.set", target+" "+string(n), detail
+		if err := audit.Append(ctx, tx, e); err != nil {
+			return err
+		}
+		if tenant == Global {
+			return nil
+		}
+		for _, nt := range tell {
+			if err := nt.LimitChanged(ctx, tx, tenant, n, by); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("limit: set %s: %w", n, err)
 	}
-	return nil
+	if tenant != Global || len(tell) == 0 {
+		return nil
+	}
+	rows, err := pool.Query(ctx, `SELECT id::text FROM tenants ORDER BY slug`)
+	if err != nil {
+		return fmt.Errorf("limit: %s is set, but the tenants' work was not told: %w", n, err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("limit: %s is set, but the tenants' work was not told: %w", n, err)
+	}
+	var first error
+	for _, t := range tenants {
+		err := db.InTenant(ctx, pool, t, func(tx pgx.Tx) error {
+			for _, nt := range tell {
+				if err := nt.LimitChanged(ctx, tx, t, n, by); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil && first == nil {
+			first = fmt.Errorf("limit: %s is set, but the work of a tenant was not told: %w", n, err)
+		}
+	}
+	return first
 }
 
 // AlarmKind is the alarm raised when a limit stops work.

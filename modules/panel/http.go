@@ -105,7 +105,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
-		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log, Notify: fleet.LimitNotifier{}})
 		if d.Schedules != nil {
 			schedule.Mount(r, schedule.Deps{Scheduler: d.Schedules, DB: d.DB, Shell: shell, Log: d.Log})
 		}
