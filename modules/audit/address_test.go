@@ -292,3 +292,22 @@ func TestShownAddress(t *testing.T) {
 	require.Equal(t, "192.0.2.1", audit.NormalizeAddress("::ffff:192.0.2.1"))
 	require.Equal(t, "unix-socket", audit.NormalizeAddress(" unix-socket "))
 }
+
+// TestWithoutAddressKeysTheAddressStaysOutOfTheChain: a process holding no
+// address keys for the database (no panel secret key) keeps the address
+// beside the chain only, never in the chained row.
+func TestWithoutAddressKeysTheAddressStaysOutOfTheChain(t *testing.T) {
+	ctx := context.Background()
+	d := testenv.DB(t)
+	a := newTenant(t, d, "aaa")
+	id := appendFrom(t, d, a, "claim.pause", "203.0.113.7")
+	super, err := pgx.Connect(ctx, d.SuperURL)
+	require.NoError(t, err)
+	defer super.Close(ctx)
+	ip, mac := chained(t, super, id)
+	require.Empty(t, ip)
+	require.Empty(t, mac)
+	var clear string
+	require.NoError(t, super.QueryRow(ctx, `SELECT ip FROM audit_addresses WHERE entry_id = $1`, id).Scan(&clear))
+	require.Equal(t, "203.0.113.7", clear)
+}

@@ -191,6 +191,9 @@ type LimitNotifier struct{}
 
 // LimitChanged queues the configure commands in tx (tenant scope).
 func (LimitNotifier) LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n limit.Name, by audit.Entry) error {
+	if n == limit.AccountRequestsPerHour {
+		return tellAgentsOfLimit(ctx, tx, tenant, by) // requests.go
+	}
 	if n != limit.ModelSpendPerDay {
 		return nil
 	}

@@ -1,8 +1,8 @@
 // Package limit holds the installation's caps on the work a fleet does, per
 // tenant and globally: browser concurrency, run time per task, retries,
-// crawl pages per day and an enrolled assistant's model spend per day. The
-// lowest of the task's own, the tenant's and the global limit applies
-// (Limits.Apply). Limits are set in the console (/limits) and the
+// crawl pages per day, requests per platform account per hour and an
+// enrolled assistant's model spend per day. The lowest of the task's own,
+// the tenant's and the global limit applies (Limits.Apply). Limits are set in the console (/limits) and the
 // CLI (fleetwright limit), each change audited; reaching one stops the work
 // with a reason that names the limit and where it was set, logged and
 // raised as a limit.reached alarm (Reached), never a silent drop.
@@ -49,6 +49,11 @@ const (
 	// ModelSpendPerDay caps an enrolled assistant's model spend per UTC day,
 	// in micro-USD.
 	ModelSpendPerDay Name = "model_spend_day"
+	// AccountRequestsPerHour caps the HTTP requests an agent's workers send
+	// to the platform for one account in any rolling hour (watchers'
+	// polling included). The panel sends it to each agent (wire
+	// RequestLimit); the agent counts and holds its workers at the budget.
+	AccountRequestsPerHour Name = "account_requests_hour"
 )
 
 // Unit says how a limit's value is read and written.
@@ -77,6 +82,7 @@ var Defs = []Def{
 	{Retries, "Retries per failed step", Count, "a crawl page is given up after this many retries"},
 	{CrawlPagesPerDay, "Crawl pages per day (UTC)", Count, "crawl runs stop when the tenant's pages today reach it"},
 	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "the panel sends it to its enrolled assistants (pushed when it changes); an assistant whose spend today reaches it stops its task, naming the limit (an assistant.limit alarm)"},
+	{AccountRequestsPerHour, "Requests per platform account per hour", Count, "each agent counts its account's requests to the platform (page loads, polls, sign-ins, bookings) over a rolling hour; at the budget it stops polling and taking work until the window frees (a claim already acting finishes)"},
 }
 
 // DefOf returns the definition of n.
@@ -234,7 +240,8 @@ func load(ctx context.Context, tx pgx.Tx, tenant string) (Limits, error) {
 // Notifier is told that a limit changed, inside a transaction in the scope
 // of a tenant concerned, so the change and the news commit together. The
 // fleet implements it (fleet.LimitNotifier): the enrolled assistants of the
-// tenant get the limits they apply (model_spend_day) at once.
+// tenant get the limits they apply (model_spend_day) at once, and its agents
+// their account's request budget (account_requests_hour).
 type Notifier interface {
 	LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n Name, by audit.Entry) error
 }
@@ -353,6 +360,12 @@ func Metrics(reg prometheus.Registerer) {
 // (the page that shows the stopped work). The alarm is resolved by a person
 // or by Clear when work under the limit next ends within it.
 func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, what, link string) {
+	ReachedKey(ctx, pool, log, tenant, e, string(e.Name), what, link)
+}
+
+// ReachedKey is Reached with the alarm's key given, for a limit that holds
+// several things apart (one alarm per platform account's request budget).
+func ReachedKey(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, key, what, link string) {
 	reachedTotal.WithLabelValues(string(e.Name)).Inc()
 	if log != nil {
 		log.Warn("limit reached: work stopped", "tenant", tenant, "limit", string(e.Name), "value", e.Value, "from", e.From, "work", what)
@@ -360,7 +373,7 @@ func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant s
 	if link == "" {
 		link = "/limits"
 	}
-	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: string(e.Name), Tenant: tenant, Severity: alarm.Warning,
+	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: key, Tenant: tenant, Severity: alarm.Warning,
 		Summary: what + " stopped: " + e.Reason(), Detail: "Raise or remove the limit on the Limits page, or wait for its window to pass.",
 		Link: link})
 	if err != nil && log != nil {
@@ -371,7 +384,12 @@ func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant s
 // Clear resolves the tenant's limit.reached alarm for n (work under it
 // ended within it).
 func Clear(ctx context.Context, pool *pgxpool.Pool, tenant string, n Name) error {
-	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, string(n), "limit"); err != nil {
+	return ClearKey(ctx, pool, tenant, string(n))
+}
+
+// ClearKey resolves the tenant's limit.reached alarm raised by ReachedKey.
+func ClearKey(ctx context.Context, pool *pgxpool.Pool, tenant, key string) error {
+	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, key, "limit"); err != nil {
 		return fmt.Errorf("limit: clear: %w", err)
 	}
 	return nil
