@@ -307,6 +307,12 @@ func (p *claimPanel) event(t *testing.T, kind string, wait time.Duration) wire.E
 // ends. It returns the state dir and a stop function (idempotent).
 func runAgent(t *testing.T, p *claimPanel, stateDir string) (stop func(), logs *syncBuffer) {
 	t.Helper()
+	return runAgentWith(t, p, stateDir, nil)
+}
+
+// runAgentWith is runAgent with the agent's configuration adjusted by mod.
+func runAgentWith(t *testing.T, p *claimPanel, stateDir string, mod func(*Config)) (stop func(), logs *syncBuffer) {
+	t.Helper()
 	if stateDir == "" {
 		stateDir = filepath.Join(t.TempDir(), "state")
 	}
@@ -315,6 +321,9 @@ func runAgent(t *testing.T, p *claimPanel, stateDir string) (stop func(), logs *
 	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
 	cfg := Config{PanelURL: p.srv.URL, TokenFile: tokenFile, StateDir: stateDir, Build: "test", Hostname: "agent-test",
 		Clock: clock.Real{}, StateEvery: time.Hour, IOTimeout: 5 * time.Second, BrowserSlots: 2}
+	if mod != nil {
+		mod(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs = &syncBuffer{}

@@ -340,6 +340,12 @@ func (c *conn) handshake(ctx context.Context) bool {
 			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
 			return false
 		}
+		// The account's request budget (the agent enforces it).
+		if w.RequestLimit, err = g.store.RequestLimit(ctx, a.Tenant); err != nil {
+			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
+			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+			return false
+		}
 	}
 	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
 	if err := c.send(ctx, w); err != nil {
@@ -563,12 +569,12 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 		if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
 		}
+		c.requestLimitEvent(ctx, m)
 	case wire.AssistantReport:
 		if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
 		}
 		c.g.spend.WithLabelValues(c.agent.Tenant, c.agent.ID).Set(m.CostTodayUSD)
-		c.g.enforceSpend(ctx, c.agent, m)
 		c.assistantAlarms(ctx, m)
 	case wire.CommandResult:
 		if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {

@@ -452,6 +452,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	} else if n > 0 {
 		log.Info("sealed operators' TOTP seeds stored in clear", "count", n)
 	}
+	// Client addresses in audit entries are hashed with monthly keys
+	// sealed with the same key (modules/audit, address.go).
+	addrKeys := audit.NewAddressKeys(p.DB, v, clock.Real{})
+	audit.UseAddressKeys(addrKeys)
+	if err := addrKeys.Ensure(ctx); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	p.Fleet = fleet.NewStore(p.DB, v)
 	notifier.SetVault(v)
 	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)

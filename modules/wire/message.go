@@ -100,6 +100,9 @@ type Welcome struct {
 	// AssistantLimits are the panel's limits for an enrolled assistant
 	// (v4; absent when neither the tenant nor the installation sets one).
 	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
+	// RequestLimit is the account's request budget per rolling hour (v4;
+	// absent: no limit; see requests.go).
+	RequestLimit *RequestLimit `json:"request_limit,omitempty" since:"4"`
 }
 
 // RejectReason says why the panel refused an agent.
@@ -147,6 +150,9 @@ type Configure struct {
 	Config    Config `json:"config"`
 	// AssistantLimits as in Welcome (v4).
 	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
+	// RequestLimit as in Welcome (v4): a configure always carries the
+	// current one, so its absence lifts a limit.
+	RequestLimit *RequestLimit `json:"request_limit,omitempty" since:"4"`
 }
 
 // Pause tells the agent to start no new actions.
