@@ -82,5 +82,11 @@ func TestLogMeterBytesPerMinute(t *testing.T) {
 	require.InDelta(t, 200<<10, v.TopBytesPerMin, 1)
 	require.Equal(t, []string{"agent-x"}, v.OverCeiling, "200 KiB in a minute is above 64 KiB/min")
 	require.EqualValues(t, 2, v.Processes[1].Lines)
+	_, err = w.Write([]byte(`time=x level=WARN msg="cell failing" repeated=41` + "\n"))
+	require.NoError(t, err)
+	m.counter("agent-x").countHeld([]byte(`{"level":"WARN","msg":"m","repeated":2}`))
+	v = m.volume(big.since.Add(60e9))
+	require.EqualValues(t, 41, v.Processes[1].RepeatsHeld, "text lines")
+	require.EqualValues(t, 2, v.Processes[0].RepeatsHeld, "JSON lines")
 	require.Len(t, v.warnings(), 1)
 }

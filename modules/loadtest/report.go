@@ -487,13 +487,13 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("  check: %s: p50 %.2f ms — %s (reported, not a failure)", rep.PanelInTarget.Name, rep.PanelIn.P50, met)
 	p("")
 	lv := rep.LogVolume
-	p("  log volume per process (ceiling %d KiB/min, a warning)      bytes     lines   minutes   KiB/min", lv.CeilingBytesPerMin>>10)
+	p("  log volume per process (ceiling %d KiB/min, a warning)      bytes     lines   minutes   KiB/min  repeats held", lv.CeilingBytesPerMin>>10)
 	for _, x := range lv.Processes {
 		flag := ""
 		if x.BytesPerMin > float64(lv.CeilingBytesPerMin) {
 			flag = "  OVER"
 		}
-		p("    %-52s %10d %9d %9.1f %9.1f%s", x.Process, x.Bytes, x.Lines, x.Minutes, x.BytesPerMin/1024, flag)
+		p("    %-52s %10d %9d %9.1f %9.1f %13d%s", x.Process, x.Bytes, x.Lines, x.Minutes, x.BytesPerMin/1024, x.RepeatsHeld, flag)
 	}
 	p("    top: %s at %.1f KiB/min; all processes %.1f KiB/min", lv.Top, lv.TopBytesPerMin/1024, lv.TotalBytesPerMin/1024)
 	if o := rep.BoardOutage; o != nil {
