@@ -97,6 +97,8 @@ type WorkerEnv struct {
 	// Budget is the account's request budget (budget.go): every request to
 	// the platform is counted, and while it is spent workers hold.
 	Budget *requestBudget
+	// BrowserTime counts the seconds the worker's browsers are open.
+	BrowserTime *browserTime
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -341,7 +343,7 @@ func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers, Crawl: a.crawl,
 		BrowserUser: a.cfg.BrowserUser, BrowserNoSandbox: a.cfg.BrowserNoSandbox,
 		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock,
-		Budget: a.budget}
+		Budget: a.budget, BrowserTime: a.browserTime}
 }
 
 func (a *agent) setCurrent(s *session) {

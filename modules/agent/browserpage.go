@@ -33,6 +33,8 @@ type pageSession struct {
 	// lookups counts the look-ups running in the page (meter lets their
 	// requests pass the budget).
 	lookups atomic.Int32
+	// timed stops counting the browser's open seconds.
+	timed func()
 }
 
 // BrowserOptions are the Chromium options of an account's traits.
@@ -77,6 +79,7 @@ func openPage(ctx context.Context, env WorkerEnv) (*pageSession, error) {
 		ps.close()
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	ps.timed = env.BrowserTime.opened(env.Spec.Kind)
 	if ps.page, err = ps.br.Page(ctx); err != nil {
 		ps.close()
 		return nil, fmt.Errorf("agent: %w", err)
@@ -88,6 +91,10 @@ func (ps *pageSession) close() {
 	if ps.br != nil {
 		_ = ps.br.Close()
 		ps.br = nil
+	}
+	if ps.timed != nil {
+		ps.timed()
+		ps.timed = nil
 	}
 	if ps.slot {
 		<-ps.env.Browsers

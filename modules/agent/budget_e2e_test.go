@@ -72,7 +72,7 @@ func TestWatcherStopsAtRequestLimitAndResumes(t *testing.T) {
 	const budget = 30
 	p.welcome.RequestLimit = &wire.RequestLimit{PerHour: budget, From: "tenant"}
 	lclk := clock.NewFake(time.Now())
-	_, logs := runAgentWith(t, p, "", func(c *Config) { c.LimitClock = lclk })
+	_, logs := runAgentWith(t, p, "", func(c *Config) { c.LimitClock = lclk; c.StateEvery = 300 * time.Millisecond })
 	p.waitConnected(t)
 	p.event(t, "session_refreshed", 30*time.Second)
 
@@ -107,6 +107,17 @@ func TestWatcherStopsAtRequestLimitAndResumes(t *testing.T) {
 	require.Contains(t, got, loads[0].ID)
 	require.Greater(t, plat.count(), budget)
 	require.True(t, strings.Contains(logs.String(), "polling and work resume"))
+
+	// The watcher's browser has been open all along: its seconds grow in
+	// the state reports (the panel's fleet_browser_seconds_total).
+	seconds := func() float64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state.BrowserSeconds[KindWatcher]
+	}
+	require.Eventually(t, func() bool { return seconds() > 2 }, 10*time.Second, 50*time.Millisecond)
+	first := seconds()
+	require.Eventually(t, func() bool { return seconds() > first+0.5 }, 10*time.Second, 50*time.Millisecond)
 }
 
 // A claim already ACTING finishes when the budget runs out under it: the

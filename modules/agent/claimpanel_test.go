@@ -60,6 +60,8 @@ type claimPanel struct {
 	ver  int
 	// maxVer caps the version this panel speaks (0: wire.Current).
 	maxVer int
+	// state is the agent's latest state report.
+	state wire.State
 }
 
 func uuid() string {
@@ -252,6 +254,10 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		_ = p.send(res)
 	case wire.Event:
 		p.events <- m
+	case wire.State:
+		p.mu.Lock()
+		p.state = m
+		p.mu.Unlock()
 	case wire.LookupResult:
 		p.lookups <- m
 	}

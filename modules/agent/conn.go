@@ -63,6 +63,8 @@ type agent struct {
 	released sync.Once
 	// budget counts the account's requests to the platform (budget.go).
 	budget *requestBudget
+	// browserTime adds up the seconds its browsers were open (browsertime.go).
+	browserTime *browserTime
 }
 
 // processStart is when this process started.
@@ -84,6 +86,7 @@ func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, 
 	}
 	a.panelClock = &panelClock{Clock: cfg.Clock}
 	a.budget = newRequestBudget(cfg.LimitClock, log, a.event)
+	a.browserTime = newBrowserTime(cfg.Clock, a.notify)
 	a.claims = newClaims(a)
 	a.sessions = newSessions(a)
 	a.crawl = newCrawlHub()
@@ -445,7 +448,8 @@ func (a *agent) stateReport() wire.State {
 		ws = []wire.WorkerState{}
 	}
 	started := a.started
-	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes(), StartedAt: &started}
+	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes(), StartedAt: &started,
+		BrowserSeconds: a.browserTime.seconds()}
 }
 
 // rssBytes reads the process's resident memory (Linux), nil elsewhere.

@@ -85,6 +85,9 @@ type Gateway struct {
 	// and outcome; spend is each enrolled assistant's model spend today.
 	completions *prometheus.CounterVec
 	spend       *prometheus.GaugeVec
+	// browserSeconds counts the seconds agents' browsers were open for
+	// work, by tenant and worker kind (from their state reports).
+	browserSeconds *prometheus.CounterVec
 }
 
 // NewGateway returns a gateway; claims may be nil until the engine is wired.
@@ -118,10 +121,13 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 		spend: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_model_spend_today_usd",
 			Help: "Model spend of each enrolled assistant on its UTC day so far, in USD, from its latest report to this replica."},
 			[]string{"tenant", "agent"}),
+		browserSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_browser_seconds_total",
+			Help: "Seconds agents' browsers (Chromium) were open for work, by tenant and worker kind, from the agents' state reports (v4) as this replica received them."},
+			[]string{"tenant", "kind"}),
 		panelIn: newPanelIn(),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops, g.completions, g.spend, g.panelIn.hist)
+		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops, g.completions, g.spend, g.panelIn.hist, g.browserSeconds)
 	}
 	return g
 }
@@ -561,8 +567,14 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 		c.pong(ctx, m, at)
 	case wire.State:
 		c.noteState(m)
-		if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+		prev, err := c.g.store.SaveStateSince(ctx, c.agent, m)
+		if err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
+		}
+		if err == nil {
+			for kind, d := range BrowserSecondsGrowth(prev, m) {
+				c.g.browserSeconds.WithLabelValues(c.agent.Tenant, kind).Add(d)
+			}
 		}
 		c.mu.Lock()
 		c.kinds = map[string]string{}

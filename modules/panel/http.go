@@ -24,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
+	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
@@ -106,6 +107,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log, Notify: fleet.LimitNotifier{}})
+		retention.Mount(r, retention.Deps{DB: d.DB, Schedules: d.Schedules, Shell: shell, Log: d.Log, Clock: d.Clock})
 		if d.Schedules != nil {
 			schedule.Mount(r, schedule.Deps{Scheduler: d.Schedules, DB: d.DB, Shell: shell, Log: d.Log})
 		}

@@ -341,6 +341,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
 	limit.Metrics(p.Reg)
+	crawl.Metrics(p.Reg)
 	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
 		Owner: p.ReplicaID, Registerer: p.Reg})
 	hungAfter, _ := health.ParseHungAfter(cfg.HungAfter)

@@ -234,7 +234,12 @@ func (r Report) Total() int64 {
 // Run prunes every tenant and the system, each in its own scope, and
 // records each tenant's counts as a retention.prune audit entry in its
 // chain (none when nothing was pruned).
-func (p *Pruner) Run(ctx context.Context) (Report, error) {
+func (p *Pruner) Run(ctx context.Context) (Report, error) { return p.run(ctx, 0) }
+
+// run is Run for the schedule's run runID (0: not scheduled), which each
+// audit entry names (schedule_run), so the console shows what that run
+// deleted.
+func (p *Pruner) run(ctx context.Context, runID int64) (Report, error) {
 	if p.Clock == nil {
 		p.Clock = clock.Real{}
 	}
@@ -258,7 +263,7 @@ func (p *Pruner) Run(ctx context.Context) (Report, error) {
 	// included); forever (0) anywhere keeps every monthly key.
 	longest, forever, known := 0, false, true
 	for _, t := range append([]string{Global}, tenants...) {
-		c, addrDays, err := p.tenant(ctx, t)
+		c, addrDays, err := p.tenant(ctx, t, runID)
 		if len(c) > 0 {
 			rep.Tenants[t] = c
 		}
@@ -313,17 +318,17 @@ func (p *Pruner) dropKeys(ctx context.Context, before string, longest int) ([]st
 
 // tenant prunes one tenant, and returns its client-address retention in
 // days (-1 when its settings could not be read).
-func (p *Pruner) tenant(ctx context.Context, tenant string) (Counts, int, error) {
+func (p *Pruner) tenant(ctx context.Context, tenant string, runID int64) (Counts, int, error) {
 	s, err := Load(ctx, p.DB, tenant)
 	if err != nil {
 		return nil, -1, err
 	}
 	addrDays, _ := s.Days(ClientAddresses)
-	c, err := p.prunePast(ctx, tenant, s)
+	c, err := p.prunePast(ctx, tenant, s, runID)
 	return c, addrDays, err
 }
 
-func (p *Pruner) prunePast(ctx context.Context, tenant string, s Settings) (Counts, error) {
+func (p *Pruner) prunePast(ctx context.Context, tenant string, s Settings, runID int64) (Counts, error) {
 	var err error
 	now := p.Clock.Now()
 	c := Counts{}
@@ -352,6 +357,9 @@ func (p *Pruner) prunePast(ctx context.Context, tenant string, s Settings) (Coun
 		detail[string(k)] = v
 	}
 	p.Log.Info("retention pruned", "tenant", tenant, "counts", detail)
+	if runID > 0 {
+		detail["schedule_run"] = runID
+	}
 	err = db.InTenant(ctx, p.DB, tenant, func(tx pgx.Tx) error {
 		return audit.Append(ctx, tx, audit.Entry{Actor: "system", Action: "retention.prune", Target: "tenant data", Detail: detail})
 	})
@@ -427,8 +435,8 @@ const KindName = "retention.prune"
 // Kind is the schedule kind that runs the pruner.
 func (p *Pruner) Kind() schedule.Kind {
 	return schedule.Kind{Name: KindName, Lease: 10 * time.Minute, Timeout: 2 * time.Hour,
-		Handle: func(ctx context.Context, _ schedule.Run) error {
-			_, err := p.Run(ctx)
+		Handle: func(ctx context.Context, r schedule.Run) error {
+			_, err := p.run(ctx, r.ID)
 			return err
 		}}
 }

@@ -245,6 +245,11 @@ type State struct {
 	// StartedAt is when the agent process started (v4): the panel counts
 	// process starts to tell an agent in a crash loop.
 	StartedAt *time.Time `json:"started_at,omitempty" since:"4"`
+	// BrowserSeconds are the seconds the agent's browsers were open for
+	// work since StartedAt, per worker kind, open ones counted up to now
+	// (v4): the panel adds the growth between two reports to
+	// fleet_browser_seconds_total.
+	BrowserSeconds map[string]float64 `json:"browser_seconds,omitempty" since:"4"`
 }
 
 // Event levels.
