@@ -39,7 +39,6 @@ type report struct {
 	MaxChromium            int            `json:"max_chromium"`
 	LeftBehind             int            `json:"processes_left_behind"`
 	Workers                int            `json:"workers"`
-	DispatchMode           string         `json:"dispatch_mode"`
 	Failed                 bool           `json:"failed"`
 	GivenUpAfterUnknown    *int           `json:"given_up_after_unknown"`
 	LateEvidenceApplied    *int           `json:"late_evidence_applied"`
