@@ -44,6 +44,10 @@ type GatewayConfig struct {
 	InstallationID string
 	// PingEvery is how often the clock offset is re-measured (default 15 s).
 	PingEvery time.Duration
+	// OffsetRefresh is how often, at most, a clock-offset estimate that
+	// moved less than OffsetChange is written to the agents row (default
+	// DefaultOffsetRefresh); a larger move is written at once (offset.go).
+	OffsetRefresh time.Duration
 	// PollEvery re-reads pending commands even without a wake-up, so a lost
 	// notification delays a command by at most this much (default 10 s).
 	PollEvery time.Duration
@@ -94,6 +98,9 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 	}
 	if cfg.PollEvery <= 0 {
 		cfg.PollEvery = 10 * time.Second
+	}
+	if cfg.OffsetRefresh <= 0 {
+		cfg.OffsetRefresh = DefaultOffsetRefresh
 	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 10 * time.Second
@@ -207,15 +214,20 @@ type conn struct {
 	// sent only when both agree.
 	helloKey, pinnedKey string
 
-	mu      sync.Mutex
-	est     *wire.Estimator
-	offset  wire.Estimate
-	pings   map[string]time.Time
-	lookups map[string]chan wire.LookupResult
-	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
-	sent    map[string]bool                 // commands written on this connection
-	kinds   map[string]string               // worker name → kind, from the agent's state reports
-	sem     chan struct{}
+	mu     sync.Mutex
+	est    *wire.Estimator
+	offset wire.Estimate
+	// stored is the estimate this connection last wrote to the agents row
+	// (storedOK once it wrote one), at storedAt (offset.go).
+	stored   wire.Estimate
+	storedAt time.Time
+	storedOK bool
+	pings    map[string]time.Time
+	lookups  map[string]chan wire.LookupResult
+	pages    map[string]chan wire.PageResult // crawl page tasks awaiting their result
+	sent     map[string]bool                 // commands written on this connection
+	kinds    map[string]string               // worker name → kind, from the agent's state reports
+	sem      chan struct{}
 	// The agent's last state report (its actors for assign mode) and the
 	// grants sent on this connection without an outcome yet (assign.go).
 	workers     []wire.WorkerState
@@ -377,12 +389,17 @@ func (c *conn) run() {
 	c.ending = true
 	c.mu.Unlock()
 	c.bg.Wait()
-	g.unregister(c)
-	// The connection's context is gone; record the departure regardless.
+	current := g.unregister(c)
+	// The connection's context is gone; record the departure regardless,
+	// with the clock offset measured since the last write — unless a newer
+	// connection of the agent on this replica replaced this one: the row
+	// is that connection's now.
 	bctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel2()
-	if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID); err != nil {
-		g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
+	if current {
+		if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID, c.unsavedOffset()); err != nil {
+			g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
+		}
 	}
 	if cl := g.claimEngine(); cl != nil {
 		if err := cl.AgentLost(bctx, a.Tenant, a.ID, c.id); err != nil {
@@ -415,15 +432,18 @@ func (g *Gateway) register(c *conn) {
 	}
 }
 
-func (g *Gateway) unregister(c *conn) {
+// unregister forgets c; it reports false when c was no longer the agent's
+// connection on this replica (a newer one replaced it).
+func (g *Gateway) unregister(c *conn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conns[c.agent.ID] != c {
-		return
+		return false
 	}
 	delete(g.conns, c.agent.ID)
 	delete(g.byTenant[c.agent.Tenant], c.agent.ID)
 	g.connected.Dec()
+	return true
 }
 
 // Wake asks the connection of agentID on this replica, if any, to deliver
@@ -613,13 +633,20 @@ func (c *conn) pong(ctx context.Context, p wire.Pong, at time.Time) {
 	err := c.est.Add(wire.SampleFromPong(p, at))
 	est, _ := c.est.Estimate()
 	c.offset = est
+	write := err == nil && offsetDue(c.stored, c.storedAt, c.storedOK, est, at, c.g.cfg.OffsetRefresh)
 	c.mu.Unlock()
-	if err != nil {
+	if !write {
 		return
 	}
-	if err := c.g.store.SaveOffset(ctx, c.agent, est); err != nil && ctx.Err() == nil {
-		c.g.log.Warn("save clock offset", "agent", c.agent.ID, "err", err)
+	if err := c.g.store.SaveOffset(ctx, c.agent, est); err != nil {
+		if ctx.Err() == nil {
+			c.g.log.Warn("save clock offset", "agent", c.agent.ID, "err", err)
+		}
+		return
 	}
+	c.mu.Lock()
+	c.stored, c.storedAt, c.storedOK = est, at, true
+	c.mu.Unlock()
 }
 
 // claim hands a claim message to the engine without blocking the reader;
