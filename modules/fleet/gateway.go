@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,7 +159,8 @@ func remoteAddr(r *http.Request) string { return server.ClientIP(r) }
 // connection is then little more than its two goroutines and two 512-byte
 // buffers (docs/BENCHMARKS.md, "Agent connections").
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(leanWriter{w}, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	lw := &leanWriter{ResponseWriter: w}
+	ws, err := websocket.Accept(lw, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		return
 	}
@@ -168,8 +170,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	secure, how := transport(r, g.cfg.TrustedProxies)
 	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how,
-		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
-		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight)}
+		est: wire.NewEstimator(0), lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
+		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), idle: newIdleWait(lw.conn, lw.br)}
 	// The request's context ends when this handler returns; the
 	// connection's when the connection does.
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -180,12 +182,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.run()
 }
 
+// pingOut is a ping sent and not answered yet.
+type pingOut struct {
+	id string
+	at time.Time
+}
+
 type conn struct {
 	g *Gateway
 	// id names this connection (uuid): the claims leased or acted on
 	// through it carry it, so its end settles only them.
-	id      string
-	ws      *websocket.Conn
+	id string
+	ws *websocket.Conn
+	// idle is the reader's shallow wait between frames (idle.go), nil
+	// where it cannot be used.
+	idle    *idleWait
 	remote  string
 	agent   Agent
 	version int
@@ -196,6 +207,10 @@ type conn struct {
 	// Unix nanoseconds): the sweeper drops a connection silent for two
 	// ping intervals.
 	heard atomic.Int64
+	// handling is true while the reader waits for a frame's handling (a
+	// slow database): the panel is not listening then, so the agent's
+	// silence is not counted.
+	handling atomic.Bool
 	// delivering says a delivery of pending commands runs; again asks it
 	// to read them once more when it ends (a wake-up arrived meanwhile).
 	delivering, again atomic.Bool
@@ -222,7 +237,7 @@ type conn struct {
 	stored   wire.Estimate
 	storedAt time.Time
 	storedOK bool
-	pings    map[string]time.Time
+	pings    []pingOut // sent, not answered yet: one or two at a time
 	lookups  map[string]chan wire.LookupResult
 	pages    map[string]chan wire.PageResult // crawl page tasks awaiting their result
 	sent     map[string]bool                 // commands written on this connection
@@ -384,6 +399,9 @@ func (c *conn) run() {
 	c.kick()
 	c.spawn(func() { c.ping(ctx) })
 	c.reader(ctx)
+	// Whatever ended the reader (the agent's error report, a failed read,
+	// a close), the socket is released now, not by a finalizer.
+	_ = c.ws.CloseNow()
 	c.stop()
 	c.mu.Lock()
 	c.ending = true
@@ -426,7 +444,7 @@ func (g *Gateway) register(c *conn) {
 	g.mu.Unlock()
 	if old != nil {
 		// The same agent connected again before its old connection died.
-		_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+		old.closeAndWait(websocket.StatusPolicyViolation, "replaced by a newer connection", 10*time.Second)
 	} else {
 		g.connected.Inc()
 	}
@@ -519,15 +537,11 @@ func (c *conn) ping(ctx context.Context) {
 	id := wire.NewID()
 	now := c.g.cfg.Clock.Now()
 	c.mu.Lock()
-	c.pings[id] = now
-	if len(c.pings) > 16 {
+	if len(c.pings) >= 16 {
 		// Unanswered pings are not kept forever.
-		for k, t := range c.pings {
-			if now.Sub(t) > time.Minute {
-				delete(c.pings, k)
-			}
-		}
+		c.pings = slices.DeleteFunc(c.pings, func(p pingOut) bool { return now.Sub(p.at) > time.Minute })
 	}
+	c.pings = append(c.pings, pingOut{id: id, at: now})
 	c.mu.Unlock()
 	_ = c.send(ctx, wire.Ping{CommandID: id, SentAt: now})
 }
@@ -539,23 +553,51 @@ func (c *conn) Offset() wire.Estimate {
 	return c.offset
 }
 
-// reader reads the agent's frames. Each is decoded and handled on a
+// reader reads the agent's frames. Each is read, decoded and handled on a
 // short-lived goroutine while this one waits (order and back-pressure are
 // unchanged), so the connection's only long-lived goroutine keeps a shallow
-// stack: decoding and database work grow a stack to 8–16 KiB, which an idle
-// panel's collector seldom shrinks back.
+// stack: reading, decoding and database work grow a stack to 8–16 KiB,
+// which an idle panel's collector seldom shrinks back. Between frames it
+// waits on the socket itself where it can (idle.go).
 func (c *conn) reader(ctx context.Context) {
 	for {
+		if c.idle != nil {
+			if cr := c.idle.wait(); cr != nil {
+				c.offload(func() { _ = c.ws.Close(cr.code, cr.reason) })
+				return
+			}
+			more := false
+			c.handled(func() {
+				typ, data, err := c.ws.Read(ctx)
+				if err == nil {
+					more = c.handle(ctx, typ, data)
+				}
+			})
+			if !more {
+				return
+			}
+			continue
+		}
 		typ, data, err := c.ws.Read(ctx)
 		if err != nil {
 			return
 		}
 		more := false
-		c.offload(func() { more = c.handle(ctx, typ, data) })
+		c.handled(func() { more = c.handle(ctx, typ, data) })
 		if !more {
 			return
 		}
 	}
+}
+
+// handled runs f (a frame's handling) as offload does, with the silence
+// clock stopped: frames that arrive meanwhile wait unread, and the
+// agent's silence counts again from when the reader listens again.
+func (c *conn) handled(f func()) {
+	c.handling.Store(true)
+	c.offload(f)
+	c.heard.Store(c.g.cfg.Clock.Now().UnixNano())
+	c.handling.Store(false)
 }
 
 // handle decodes and handles one frame; false ends the connection.
@@ -623,10 +665,12 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 
 func (c *conn) pong(ctx context.Context, p wire.Pong, at time.Time) {
 	c.mu.Lock()
-	_, ok := c.pings[p.CommandID]
-	delete(c.pings, p.CommandID)
+	i := slices.IndexFunc(c.pings, func(x pingOut) bool { return x.id == p.CommandID })
+	if i >= 0 {
+		c.pings = slices.Delete(c.pings, i, i+1)
+	}
 	c.mu.Unlock()
-	if !ok {
+	if i < 0 {
 		return
 	}
 	c.mu.Lock()
@@ -777,8 +821,19 @@ func (g *Gateway) Lookup(ctx context.Context, tenant string, as claim.Client, l 
 // agents reconnect, to this replica when it returns or to another).
 func (g *Gateway) CloseAll() {
 	cs := g.local()
+	// Every close handshake at once, then the wait for them all (at most
+	// 10 s in all): one slow agent does not hold up the others.
 	for _, c := range cs {
-		_ = c.ws.Close(websocket.StatusGoingAway, "panel shutting down")
+		c.requestClose(websocket.StatusGoingAway, "panel shutting down")
+	}
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for _, c := range cs {
+		select {
+		case <-c.ctx.Done():
+		case <-deadline.C:
+			return
+		}
 	}
 }
 
