@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
@@ -30,7 +31,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		err = cfg.Validate(s.Given)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "fleetwright: bench: %v (see fleetwright bench --help)\n", err)
+		// Validate's errors already name the command; the parser's do not.
+		msg := strings.TrimPrefix(err.Error(), "bench: ")
+		fmt.Fprintf(stderr, "fleetwright: bench: %s (see fleetwright bench --help)\n", msg)
 		return 2
 	}
 	ctx, stop := signalContext()

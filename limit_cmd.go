@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
 )
 
@@ -95,7 +96,9 @@ func runLimit(args []string, stdout, stderr io.Writer) int {
 			tenant = t.ID
 		}
 		if sub == "set" {
-			if err := limit.Set(ctx, pool, cliActor(), tenant, def.Name, value, set); err != nil {
+			// The enrolled assistants concerned are told at commit, on
+			// whichever panel replica holds them (fleet.LimitNotifier).
+			if err := limit.Set(ctx, pool, cliActor(), tenant, def.Name, value, set, fleet.LimitNotifier{}); err != nil {
 				return err
 			}
 			scope := "global"

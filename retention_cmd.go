@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -158,6 +159,9 @@ func printPruned(ctx context.Context, pool *pgxpool.Pool, stdout io.Writer, rep 
 				fmt.Fprintf(stdout, "%s: %s: %d pruned\n", slugs[id], d.Kind, n)
 			}
 		}
+	}
+	if len(rep.AddressKeys) > 0 {
+		fmt.Fprintf(stdout, "client-address keys deleted: %s (their audit entries' address hashes link to nothing now)\n", strings.Join(rep.AddressKeys, ", "))
 	}
 	fmt.Fprintf(stdout, "retention: %d rows pruned\n", rep.Total())
 }

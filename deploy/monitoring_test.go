@@ -124,7 +124,8 @@ func TestDashboardAndRulesUseOnlyExportedMetrics(t *testing.T) {
 	}
 	// The figures are on the dashboard.
 	for _, m := range []string{"fleet_claim_outcomes_total", "fleet_queue_oldest_job_seconds", "fleet_worker_oldest_task_seconds",
-		"fleet_worker_last_operation_timestamp_seconds", "fleet_embedded_restarts_total", "fleet_alarms_open", "fleet_claim_duplicate_confirmations"} {
+		"fleet_worker_last_operation_timestamp_seconds", "fleet_embedded_restarts_total", "fleet_alarms_open", "fleet_claim_duplicate_confirmations",
+		"fleet_browser_seconds_total", "fleet_proxy_traffic_bytes_total"} {
 		require.True(t, used[m], "the dashboard lacks %s", m)
 	}
 	rules, err := os.ReadFile("prometheus/alerts.yml")

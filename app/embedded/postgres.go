@@ -42,7 +42,11 @@ type PostgresConfig struct {
 	MaxConnections int
 	// NoSync skips initdb's fsync; for throwaway test clusters only.
 	NoSync bool
-	Logger *slog.Logger
+	// TrackStatements loads pg_stat_statements and times PL/pgSQL
+	// functions (the triggers), so a benchmark can say which statements and
+	// triggers the database's time goes to (fleetwright bench).
+	TrackStatements bool
+	Logger          *slog.Logger
 }
 
 // Postgres is a running private cluster.
@@ -154,6 +158,9 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		"-c", "log_checkpoints=off",
 		"-c", "log_connections=off",
 		"-c", "log_disconnections=off",
+	}
+	if cfg.TrackStatements {
+		p.args = append(p.args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "track_functions=pl")
 	}
 	if err := p.launch(ctx); err != nil {
 		return nil, err

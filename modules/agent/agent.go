@@ -94,6 +94,11 @@ type WorkerEnv struct {
 	// PanelClock is Clock corrected to the panel's by its pings: for codes
 	// a platform checks against real time (TOTP).
 	PanelClock clock.Clock
+	// Budget is the account's request budget (budget.go): every request to
+	// the platform is counted, and while it is spent workers hold.
+	Budget *requestBudget
+	// BrowserTime counts the seconds the worker's browsers are open.
+	BrowserTime *browserTime
 }
 
 // WorkerFunc is the code of one worker kind.
@@ -130,6 +135,9 @@ type Config struct {
 	IOTimeout time.Duration
 	// Clock defaults to the real clock; tests inject a fake one.
 	Clock clock.Clock
+	// LimitClock times the account's request budget per rolling hour
+	// (default Clock): a test jumps it an hour to free the window.
+	LimitClock clock.Clock
 	// Jitter returns numbers in [0, 1); defaults to math/rand/v2.
 	Jitter func() float64
 	// RestartDelay is passed to the supervisor (0: its default).
@@ -152,6 +160,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
+	}
+	if c.LimitClock == nil {
+		c.LimitClock = c.Clock
 	}
 	if c.Jitter == nil {
 		c.Jitter = rand.Float64
@@ -331,7 +342,8 @@ func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
 		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers, Crawl: a.crawl,
 		BrowserUser: a.cfg.BrowserUser, BrowserNoSandbox: a.cfg.BrowserNoSandbox,
-		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock}
+		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock,
+		Budget: a.budget, BrowserTime: a.browserTime}
 }
 
 func (a *agent) setCurrent(s *session) {

@@ -62,10 +62,6 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 	if err := (proto.NetworkEnable{}).Call(page); err != nil {
 		return fmt.Errorf("agent: enable network events: %w", err)
 	}
-	if err := (proto.FetchEnable{Patterns: []*proto.FetchRequestPattern{{URLPattern: bside.BookRequestPattern(),
-		RequestStage: proto.FetchRequestStageRequest}}}).Call(page); err != nil {
-		return fmt.Errorf("agent: enable request interception: %w", err)
-	}
 
 	var mu sync.Mutex
 	var cur *bookingAction
@@ -78,56 +74,66 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 		_ = proto.FetchFailRequest{RequestID: id, ErrorReason: proto.NetworkErrorReasonBlockedByClient}.Call(page)
 	}
 
+	// The page's booking requests (the meter hands them here; every other
+	// request to the platform it counts against the account's budget).
+	bookPaused := func(e *proto.FetchRequestPaused) {
+		body := []byte(e.Request.PostData)
+		if len(body) == 0 {
+			for _, pe := range e.Request.PostDataEntries {
+				body = append(body, pe.Bytes...)
+			}
+		}
+		act := current()
+		if act == nil {
+			fail(e.RequestID) // a booking nobody asked for never leaves
+			return
+		}
+		if testHookPaused != nil {
+			testHookPaused(act.key)
+		}
+		act.mu.Lock()
+		if act.closed || act.sent || bside.BookRequestKey(body) != act.key {
+			act.mu.Unlock()
+			fail(e.RequestID)
+			return
+		}
+		if err := act.gate(); err != nil {
+			act.closed = true
+			act.mu.Unlock()
+			fail(e.RequestID)
+			act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "local deadline passed while the request was paused"})
+			return
+		}
+		act.sent, act.sentAt, act.networkID = true, env.Clock.Now(), e.NetworkID
+		act.mu.Unlock()
+		// The claim is ACTING: counted, never refused.
+		_ = env.Budget.take(true)
+		var headers []*proto.FetchHeaderEntry
+		if hn := bside.IdempotencyHeader(); hn != "" {
+			for k, v := range e.Request.Headers {
+				headers = append(headers, &proto.FetchHeaderEntry{Name: k, Value: v.Str()})
+			}
+			headers = append(headers, &proto.FetchHeaderEntry{Name: hn, Value: act.idemKey})
+		}
+		if err := (proto.FetchContinueRequest{RequestID: e.RequestID, Headers: headers}).Call(page); err != nil {
+			act.finish(platform.BookResult{Result: wire.ResultUnknown, SentAt: act.sentAt,
+				Detail: "the browser did not confirm it let the request go: " + err.Error()})
+		}
+	}
+	metered, err := ps.meter(wctx, page, bookPaused)
+	if err != nil {
+		return err
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		page.EachEvent(func(e *proto.FetchRequestPaused) {
-			u := parseURL(e.Request.URL)
-			if !bside.IsBookRequest(e.Request.Method, u) {
-				_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
-				return
-			}
-			body := []byte(e.Request.PostData)
-			if len(body) == 0 {
-				for _, pe := range e.Request.PostDataEntries {
-					body = append(body, pe.Bytes...)
-				}
-			}
-			act := current()
-			if act == nil {
-				fail(e.RequestID) // a booking nobody asked for never leaves
-				return
-			}
-			if testHookPaused != nil {
-				testHookPaused(act.key)
-			}
-			act.mu.Lock()
-			if act.closed || act.sent || bside.BookRequestKey(body) != act.key {
-				act.mu.Unlock()
-				fail(e.RequestID)
-				return
-			}
-			if err := act.gate(); err != nil {
-				act.closed = true
-				act.mu.Unlock()
-				fail(e.RequestID)
-				act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "local deadline passed while the request was paused"})
-				return
-			}
-			act.sent, act.sentAt, act.networkID = true, env.Clock.Now(), e.NetworkID
-			act.mu.Unlock()
-			var headers []*proto.FetchHeaderEntry
-			if hn := bside.IdempotencyHeader(); hn != "" {
-				for k, v := range e.Request.Headers {
-					headers = append(headers, &proto.FetchHeaderEntry{Name: k, Value: v.Str()})
-				}
-				headers = append(headers, &proto.FetchHeaderEntry{Name: hn, Value: act.idemKey})
-			}
-			if err := (proto.FetchContinueRequest{RequestID: e.RequestID, Headers: headers}).Call(page); err != nil {
-				act.finish(platform.BookResult{Result: wire.ResultUnknown, SentAt: act.sentAt,
-					Detail: "the browser did not confirm it let the request go: " + err.Error()})
-			}
-		}, func(e *proto.NetworkResponseReceived) {
+		metered()
+	}()
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		page.EachEvent(func(e *proto.NetworkResponseReceived) {
 			act := current()
 			if act == nil || e.Response == nil {
 				return
@@ -187,9 +193,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			return err
 		}
 	}
-	unregister := env.Sessions.Register(env.Spec.Name, func(ctx context.Context, cursor string) (platform.Bookings, error) {
-		return bside.Bookings(ctx, ps.page, cursor)
-	})
+	unregister := env.Sessions.Register(env.Spec.Name, ps.lookup)
 	defer unregister()
 
 	book := func(actx context.Context, key, idemKey string, gate platform.Gate) platform.BookResult {
@@ -252,6 +256,11 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			if !acted || !res.SignedOut {
 				continue
 			}
+		}
+		if env.Budget.holding() {
+			// The page's polls are failed in the browser until the window
+			// frees; no sign-in or reload spends what is not there.
+			continue
 		}
 		st, err := ps.state(ctx)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-rod/rod"
@@ -29,6 +30,11 @@ type pageSession struct {
 	gen  int
 	slot bool
 	w, h float64
+	// lookups counts the look-ups running in the page (meter lets their
+	// requests pass the budget).
+	lookups atomic.Int32
+	// timed stops counting the browser's open seconds.
+	timed func()
 }
 
 // BrowserOptions are the Chromium options of an account's traits.
@@ -73,6 +79,7 @@ func openPage(ctx context.Context, env WorkerEnv) (*pageSession, error) {
 		ps.close()
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	ps.timed = env.BrowserTime.opened(env.Spec.Kind)
 	if ps.page, err = ps.br.Page(ctx); err != nil {
 		ps.close()
 		return nil, fmt.Errorf("agent: %w", err)
@@ -84,6 +91,10 @@ func (ps *pageSession) close() {
 	if ps.br != nil {
 		_ = ps.br.Close()
 		ps.br = nil
+	}
+	if ps.timed != nil {
+		ps.timed()
+		ps.timed = nil
 	}
 	if ps.slot {
 		<-ps.env.Browsers
@@ -220,4 +231,57 @@ func parseURL(s string) *url.URL {
 		return &url.URL{}
 	}
 	return u
+}
+
+// meter routes every request the page sends to the platform's origin
+// through the account's request budget (budget.go), with CDP request
+// interception (Fetch.requestPaused at the request stage): each is counted
+// before it leaves, or failed in the browser while the budget is spent, so
+// nothing over the budget reaches the platform. Requests elsewhere are let
+// go untouched. book, when set (the browser actor), takes the booking
+// requests instead: it decides them and counts them itself. The page has
+// one interception (a second Fetch.enable would replace the first), so a
+// worker that needs the booking request gets it through here.
+func (ps *pageSession) meter(ctx context.Context, page *rod.Page, book func(e *proto.FetchRequestPaused)) (wait func(), err error) {
+	bside := ps.ad.Browser()
+	origin := parseURL(ps.base())
+	patterns := []*proto.FetchRequestPattern{{URLPattern: origin.Scheme + "://" + origin.Host + "/*", RequestStage: proto.FetchRequestStageRequest}}
+	if book != nil {
+		patterns = append(patterns, &proto.FetchRequestPattern{URLPattern: bside.BookRequestPattern(), RequestStage: proto.FetchRequestStageRequest})
+	}
+	// Subscribed before interception starts, so no paused request is
+	// missed (one nobody continues would hang the page).
+	events := page.Context(ctx).EachEvent(func(e *proto.FetchRequestPaused) {
+		u := parseURL(e.Request.URL)
+		if book != nil && bside.IsBookRequest(e.Request.Method, u) {
+			book(e)
+			return
+		}
+		if u.Host != origin.Host {
+			_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
+			return
+		}
+		if err := ps.env.Budget.take(ps.lookups.Load() > 0); err != nil {
+			_ = proto.FetchFailRequest{RequestID: e.RequestID, ErrorReason: proto.NetworkErrorReasonBlockedByClient}.Call(page)
+			return
+		}
+		_ = proto.FetchContinueRequest{RequestID: e.RequestID}.Call(page)
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		events()
+	}()
+	if err := (proto.FetchEnable{Patterns: patterns}).Call(page); err != nil {
+		return func() { <-done }, fmt.Errorf("agent: enable request interception: %w", err)
+	}
+	return func() { <-done }, nil
+}
+
+// lookup runs a look-up in the page: its requests pass the budget (they
+// settle claims whose outcome is unknown).
+func (ps *pageSession) lookup(ctx context.Context, cursor string) (platform.Bookings, error) {
+	ps.lookups.Add(1)
+	defer ps.lookups.Add(-1)
+	return ps.ad.Browser().Bookings(ctx, ps.page, cursor)
 }

@@ -60,6 +60,8 @@ type claimPanel struct {
 	ver  int
 	// maxVer caps the version this panel speaks (0: wire.Current).
 	maxVer int
+	// state is the agent's latest state report.
+	state wire.State
 }
 
 func uuid() string {
@@ -252,6 +254,10 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		_ = p.send(res)
 	case wire.Event:
 		p.events <- m
+	case wire.State:
+		p.mu.Lock()
+		p.state = m
+		p.mu.Unlock()
 	case wire.LookupResult:
 		p.lookups <- m
 	}
@@ -307,6 +313,12 @@ func (p *claimPanel) event(t *testing.T, kind string, wait time.Duration) wire.E
 // ends. It returns the state dir and a stop function (idempotent).
 func runAgent(t *testing.T, p *claimPanel, stateDir string) (stop func(), logs *syncBuffer) {
 	t.Helper()
+	return runAgentWith(t, p, stateDir, nil)
+}
+
+// runAgentWith is runAgent with the agent's configuration adjusted by mod.
+func runAgentWith(t *testing.T, p *claimPanel, stateDir string, mod func(*Config)) (stop func(), logs *syncBuffer) {
+	t.Helper()
 	if stateDir == "" {
 		stateDir = filepath.Join(t.TempDir(), "state")
 	}
@@ -315,6 +327,9 @@ func runAgent(t *testing.T, p *claimPanel, stateDir string) (stop func(), logs *
 	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
 	cfg := Config{PanelURL: p.srv.URL, TokenFile: tokenFile, StateDir: stateDir, Build: "test", Hostname: "agent-test",
 		Clock: clock.Real{}, StateEvery: time.Hour, IOTimeout: 5 * time.Second, BrowserSlots: 2}
+	if mod != nil {
+		mod(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs = &syncBuffer{}

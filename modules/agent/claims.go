@@ -528,6 +528,11 @@ func (s *Sessions) Login(ctx context.Context, have int, login func(ctx context.C
 	if !ok {
 		return nil, 0, false, errors.New("agent: no platform credentials yet (the panel sends them in welcome)")
 	}
+	// A sign-in is several requests to the platform: it waits for the
+	// account's request budget rather than failing halfway.
+	if err := s.a.budget.wait(ctx); err != nil {
+		return nil, 0, false, err
+	}
 	cs, err := login(ctx, creds)
 	if err != nil {
 		return nil, 0, false, err
@@ -563,7 +568,11 @@ func (s *Sessions) lookers() []lookFunc {
 	defer s.mu.Unlock()
 	out := make([]lookFunc, 0, len(s.looking))
 	for _, f := range s.looking {
-		out = append(out, f)
+		// A look-up settles claims whose outcome is unknown: it passes the
+		// request budget (counted, never refused).
+		out = append(out, func(ctx context.Context, cursor string) (platform.Bookings, error) {
+			return f(mustSend(ctx), cursor)
+		})
 	}
 	return out
 }

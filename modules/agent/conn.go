@@ -61,6 +61,10 @@ type agent struct {
 	panelClock *panelClock
 	// released is done once the start-up pages were handed back (trim_linux.go).
 	released sync.Once
+	// budget counts the account's requests to the platform (budget.go).
+	budget *requestBudget
+	// browserTime adds up the seconds its browsers were open (browsertime.go).
+	browserTime *browserTime
 }
 
 // processStart is when this process started.
@@ -81,6 +85,8 @@ func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, 
 		results:     map[string]wire.CommandResult{},
 	}
 	a.panelClock = &panelClock{Clock: cfg.Clock}
+	a.budget = newRequestBudget(cfg.LimitClock, log, a.event)
+	a.browserTime = newBrowserTime(cfg.Clock, a.notify)
 	a.claims = newClaims(a)
 	a.sessions = newSessions(a)
 	a.crawl = newCrawlHub()
@@ -314,6 +320,7 @@ func (a *agent) welcomed(ctx, workersCtx context.Context, w wire.Welcome) error 
 		// workers say so if they have none.
 		a.log.Error("agent: no credentials from this welcome", "err", err)
 	}
+	a.budget.set(w.RequestLimit)
 	a.configure(workersCtx, w.Config)
 	return nil
 }
@@ -441,7 +448,8 @@ func (a *agent) stateReport() wire.State {
 		ws = []wire.WorkerState{}
 	}
 	started := a.started
-	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes(), StartedAt: &started}
+	return wire.State{Paused: paused, Workers: ws, MemoryRSSBytes: rssBytes(), StartedAt: &started,
+		BrowserSeconds: a.browserTime.seconds()}
 }
 
 // rssBytes reads the process's resident memory (Linux), nil elsewhere.

@@ -115,6 +115,7 @@ type guarded struct {
 	proxy  *egress.Proxy
 	br     *browser.Browser
 	slot   bool
+	timed  func() // stops counting the browser's open seconds
 }
 
 func runCrawler(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
@@ -147,6 +148,10 @@ func (gd *guarded) closeBrowser(env WorkerEnv) {
 	if gd.br != nil {
 		_ = gd.br.Close()
 		gd.br = nil
+	}
+	if gd.timed != nil {
+		gd.timed()
+		gd.timed = nil
 	}
 	if gd.proxy != nil {
 		_ = gd.proxy.Close()
@@ -574,6 +579,7 @@ func (c *crawler) browser(ctx context.Context, gd *guarded) (*browser.Browser, e
 	if gd.br, err = browser.Launch(ctx, opts); err != nil {
 		return nil, fmt.Errorf("agent: crawl: %w", err)
 	}
+	gd.timed = c.env.BrowserTime.opened(c.env.Spec.Kind)
 	return gd.br, nil
 }
 

@@ -112,9 +112,13 @@ func actOnGrant(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad pla
 	g.Worker = worker
 	margin := settingMS(env.Spec, SettingMarginMS, 500*time.Millisecond)
 	deadline := g.Deadline(margin)
+	held := env.Budget.reason()
 	switch {
 	case env.Paused():
 		env.Claims.notSent(ctx, g, "the agent is paused")
+		return platform.BookResult{}, false
+	case held != "":
+		env.Claims.notSent(ctx, g, held)
 		return platform.BookResult{}, false
 	case !env.keysAgree(ctx, ad, g.KeysHonoured):
 		env.Claims.notSent(ctx, g, "the tenant's idempotency setting and the platform disagree")

@@ -27,7 +27,7 @@ func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) erro
 	if err != nil {
 		return err
 	}
-	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Clock: env.Clock})
+	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Clock: env.Clock, Admit: env.Budget.admit})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -90,6 +90,9 @@ type httpActor struct {
 
 // keepWarm checks the session and signs in again when it ended.
 func (a *httpActor) keepWarm(ctx context.Context) error {
+	if a.env.Budget.holding() {
+		return nil // no request while the account's budget is spent
+	}
 	err := a.sess.Check(ctx)
 	switch {
 	case err == nil:

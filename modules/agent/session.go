@@ -253,6 +253,7 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	retire := false
 	switch m := r.frame.Message.(type) {
 	case wire.Configure:
+		s.a.budget.set(m.RequestLimit)
 		s.a.configure(workersCtx, m.Config)
 	case wire.Pause:
 		s.a.setPaused(true)

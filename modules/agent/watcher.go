@@ -87,6 +87,15 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 	if err := (proto.NetworkEnable{}).Call(page); err != nil {
 		return fmt.Errorf("agent: enable network events: %w", err)
 	}
+	metered, err := ps.meter(wctx, page, nil)
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		metered()
+	}()
 
 	type pending struct{ seenAt time.Time }
 	var mu sync.Mutex
@@ -196,6 +205,15 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 		}
 	}()
 
+	// A watcher waiting for the account's request budget has no task: it
+	// is held, not hung.
+	if env.Budget.holding() {
+		h.OldestTask(time.Time{})
+		if err := env.Budget.wait(ctx); err != nil {
+			return nil
+		}
+		h.OldestTask(env.Clock.Now())
+	}
 	if err := ps.signIn(ctx, "watcher start"); err != nil {
 		return err
 	}
@@ -204,13 +222,12 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 			return err
 		}
 	}
-	unregister := env.Sessions.Register(env.Spec.Name, func(ctx context.Context, cursor string) (platform.Bookings, error) {
-		return bside.Bookings(ctx, ps.page, cursor)
-	})
+	unregister := env.Sessions.Register(env.Spec.Name, ps.lookup)
 	defer unregister()
 
 	every := settingMS(env.Spec, SettingKeepWarmMS, time.Second)
 	tick := env.Clock.After(every)
+	held := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,6 +235,21 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 		case <-signedOut:
 		case <-tick:
 			tick = env.Clock.After(every)
+		}
+		// While the account's request budget is spent the page's polls are
+		// failed in the browser (meter) and the page keeps its cursor: the
+		// first poll after the hold reads what was published meanwhile.
+		// The watcher is held, not hung, and it signs nothing in.
+		if env.Budget.holding() {
+			if !held {
+				held = true
+				h.OldestTask(time.Time{})
+			}
+			continue
+		}
+		if held {
+			held = false
+			h.OldestTask(env.Clock.Now())
 		}
 		st, err := ps.state(ctx)
 		if err != nil {

@@ -203,6 +203,12 @@ func actOn(ctx context.Context, h *supervisor.Handle, env WorkerEnv, ad platform
 	if env.Paused() {
 		return platform.BookResult{}, false
 	}
+	if why := env.Budget.reason(); why != "" {
+		// New work is refused while the account's request budget is spent
+		// (the request_limit_reached event says so once).
+		log.Debug("agent: offer declined", "reason", why)
+		return platform.BookResult{}, false
+	}
 	if env.Claims.speaks(wire.V4) && !env.keysAgree(ctx, ad, o.KeysHonoured) {
 		// The tenant's setting and the platform disagree: claim nothing.
 		return platform.BookResult{}, false
@@ -285,7 +291,9 @@ func bookAndReport(ctx context.Context, h *supervisor.Handle, env WorkerEnv, log
 	if hard <= 0 {
 		hard = settingMS(env.Spec, SettingHardTimeout, 15*time.Second)
 	}
-	actx, cancel := context.WithTimeout(ctx, hard)
+	// The claim is ACTING: its booking finishes even when the account's
+	// request budget is spent (counted, never refused).
+	actx, cancel := context.WithTimeout(mustSend(ctx), hard)
 	res := book(actx, out.Key, idem, env.gateStop.wrap(gate))
 	cancel()
 	if res.Result == "" {

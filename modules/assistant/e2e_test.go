@@ -337,11 +337,11 @@ func TestEachLimitStopsWithItsReason(t *testing.T) {
 		limits url.Values
 		reason string
 	}{
-		{url.Values{"max_steps": {"4"}}, "limit reached: steps (4 of 4)"},
+		{url.Values{"max_steps": {"4"}}, "limit reached: steps (4 of 4, the task's limit)"},
 		{url.Values{"max_tokens": {"3000"}}, "limit reached: model tokens ("},
 		{url.Values{"max_cost": {"0.002"}}, "limit reached: spend ($"},
 		{url.Values{"max_time": {"1ms"}}, "limit reached: wall time ("},
-		{url.Values{"max_tabs": {"1"}}, "limit reached: open tabs (1 of 1)"},
+		{url.Values{"max_tabs": {"1"}}, "limit reached: open tabs (1 of 1, the task's limit)"},
 	}
 	for _, c := range cases {
 		id, err := f.Submit("loop", urls, c.limits)
@@ -365,6 +365,7 @@ func TestEachLimitStopsWithItsReason(t *testing.T) {
 	task, err := f.Wait(id, 30*time.Second, false, store.StatusStopped)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(task.StopReason, "limit reached: model tokens today"), task.StopReason)
+	require.True(t, strings.HasSuffix(task.StopReason, ", the person's limit)"), task.StopReason)
 	_, _, err = f.Post("/settings", url.Values{"label": {"AI-generated"}, "day_tokens": {"0"}, "day_steps": {"0"}, "day_cost": {"0"}})
 	require.NoError(t, err)
 
@@ -381,7 +382,7 @@ func TestEachLimitStopsWithItsReason(t *testing.T) {
 	require.NoError(t, err)
 	task, err = f.Wait(id, 30*time.Second, false, store.StatusStopped)
 	require.NoError(t, err)
-	require.Equal(t, "limit reached: steps (3 of 3)", task.StopReason)
+	require.Equal(t, "limit reached: steps (3 of 3, the task's limit)", task.StopReason)
 }
 
 // The UI answers only this launch: no key or a wrong one is 401, a foreign

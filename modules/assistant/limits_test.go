@@ -66,7 +66,7 @@ func TestLowestOfTaskTenantAndGlobalLimitApplies(t *testing.T) {
 	addSteps(t, r, id, 4, 6, 160) // 40 + 960 = 1000 tokens
 	reason, err = r.limit(ctx, ru)
 	require.NoError(t, err)
-	require.Equal(t, "limit reached: steps (10 of 10)", reason, "the task's own limit, named without a source")
+	require.Equal(t, "limit reached: steps (10 of 10, the task's limit)", reason, "the task's own limit")
 	require.NoError(t, r.setPanelLimits(ctx, nil))
 	require.Equal(t, wire.AssistantLimits{}, r.PanelLimits(ctx), "cleared")
 
@@ -88,6 +88,23 @@ func TestLowestOfTaskTenantAndGlobalLimitApplies(t *testing.T) {
 	reason, err = r.limit(ctx, ru2)
 	require.NoError(t, err)
 	require.Empty(t, reason, "no spend yet")
+
+	// Spend per day: the panel's is its model_spend_day limit, named so;
+	// the person's own is named as theirs.
+	require.NoError(t, r.St.AddStep(ctx, store.Step{TaskID: id2, N: 1, Tool: "list_tabs", Args: "{}", CostMicro: 600000, CreatedAt: r.Clock.Now()}))
+	reason, err = r.limit(ctx, ru2)
+	require.NoError(t, err)
+	require.Equal(t, "limit reached: spend today, UTC ($0.60 of $0.50, the tenant's model_spend_day limit)", reason)
+	require.NoError(t, r.setPanelLimits(ctx, &wire.AssistantLimits{Tenant: wire.AssistantLimitSet{DayCostUSD: 0.7}, Global: wire.AssistantLimitSet{DayCostUSD: 0.000001}}))
+	reason, err = r.limit(ctx, ru2)
+	require.NoError(t, err)
+	require.Equal(t, "limit reached: spend today, UTC ($0.60 of $0.000001, the global model_spend_day limit)", reason)
+	require.NoError(t, r.setPanelLimits(ctx, nil))
+	require.NoError(t, r.St.SetSetting(ctx, keyDayCost, "0.25"))
+	reason, err = r.limit(ctx, ru2)
+	require.NoError(t, err)
+	require.Equal(t, "limit reached: spend today ($0.60 of $0.25, the person's limit)", reason)
+	require.NoError(t, r.St.SetSetting(ctx, keyDayCost, "0"))
 
 	// Tabs: the lowest cap and its note.
 	ru2.task.Limits.Tabs = 5

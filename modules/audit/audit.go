@@ -38,7 +38,10 @@ type Entry struct {
 	Action string
 	Target string
 	Detail map[string]any
-	IP     string
+	// IP is the client's address (a port is dropped). The chained entry
+	// keeps only its keyed hash; the clear address is kept beside the chain
+	// until its retention (address.go).
+	IP string
 }
 
 // Append records e in tx, in the chain of the transaction's tenant: a
@@ -56,14 +59,30 @@ func Append(ctx context.Context, tx pgx.Tx, e Entry) error {
 		}
 		detail = b
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO audit_log (actor_id, actor, action, target, detail, ip)
-		VALUES (NULLIF($1, '')::uuid, $2, $3, $4, $5, $6)`, e.ActorID, e.Actor, e.Action, e.Target, detail, e.IP)
+	// The chained row gets the address's keyed hash only; the clear
+	// address goes beside the chain (address.go).
+	var addr, mac string
+	if e.IP != "" {
+		addr = NormalizeAddress(e.IP)
+		var err error
+		if mac, err = addressMac(ctx, tx, addr); err != nil {
+			return fmt.Errorf("audit: append %s: %w", e.Action, err)
+		}
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO audit_log (actor_id, actor, action, target, detail, ip_mac)
+		VALUES (NULLIF($1, '')::uuid, $2, $3, $4, $5, $6) RETURNING id`, e.ActorID, e.Actor, e.Action, e.Target, detail, mac).Scan(&id)
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && (pe.Code == "23502" && pe.ColumnName == "tenant_id" || pe.Code == "42501" && strings.Contains(pe.Message, "row-level security")) {
 			return errors.New("audit: append needs a tenant-scoped transaction (db.InTenant or audit.InSystem)")
 		}
 		return fmt.Errorf("audit: append %s: %w", e.Action, err)
+	}
+	if addr != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_addresses (entry_id, ip) VALUES ($1, $2)`, id, addr); err != nil {
+			return fmt.Errorf("audit: append %s: client address: %w", e.Action, err)
+		}
 	}
 	return nil
 }

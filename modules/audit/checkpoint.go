@@ -86,7 +86,7 @@ func DropBefore(ctx context.Context, pool *pgxpool.Pool, anchor *Anchor, chain s
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT s.seq, s.hash, l.id, l.tenant_id::text, l.at, COALESCE(l.actor_id::text, ''), l.actor, l.action, l.target, l.detail::text, l.ip FROM audit_seals s JOIN audit_log l ON l.id = s.entry_id
+		rows, err := tx.Query(ctx, `SELECT s.seq, s.hash, `+recordColumns+` FROM audit_seals s JOIN audit_log l ON l.id = s.entry_id
 			WHERE s.chain = $1 AND s.seq > $2 AND l.at < $3 ORDER BY s.seq`, chain, last.Seq, before)
 		if err != nil {
 			return fmt.Errorf("audit: checkpoint: %w", err)
@@ -98,7 +98,7 @@ func DropBefore(ctx context.Context, pool *pgxpool.Pool, anchor *Anchor, chain s
 			var seq int64
 			var hash []byte
 			var r record
-			if err := rows.Scan(&seq, &hash, &r.ID, &r.Tenant, &r.At, &r.ActorID, &r.Actor, &r.Action, &r.Target, &r.Detail, &r.IP); err != nil {
+			if err := rows.Scan(append([]any{&seq, &hash}, r.dest()...)...); err != nil {
 				return fmt.Errorf("audit: checkpoint: %w", err)
 			}
 			if seq != want {

@@ -56,6 +56,8 @@ type Row struct {
 	Action string
 	Target string
 	Detail string
+	// IP is the client's address while it is kept, else "expired" with
+	// the start of its keyed hash (ShownAddress).
 	IP     string
 	Sealed bool
 }
@@ -179,15 +181,18 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 	if f.Before > 0 {
 		where = append(where, "a.id < "+arg(f.Before))
 	}
-	rows, err := tx.Query(ctx, `SELECT a.id, a.at, a.tenant_id::text, a.actor, a.action, a.target, a.detail::text, a.ip,
-			EXISTS (SELECT 1 FROM audit_seals s WHERE s.entry_id = a.id)
-		FROM audit_log a WHERE `+strings.Join(where, " AND ")+` ORDER BY a.id DESC LIMIT `+strconv.Itoa(pageSize+1), args...)
+	rows, err := tx.Query(ctx, `SELECT a.id, a.at, a.tenant_id::text, a.actor, a.action, a.target, a.detail::text,
+			COALESCE(c.ip, ''), a.ip, a.ip_mac, EXISTS (SELECT 1 FROM audit_seals s WHERE s.entry_id = a.id)
+		FROM audit_log a LEFT JOIN audit_addresses c ON c.entry_id = a.id
+		WHERE `+strings.Join(where, " AND ")+` ORDER BY a.id DESC LIMIT `+strconv.Itoa(pageSize+1), args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit: list: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Row, error) {
 		var r Row
-		err := row.Scan(&r.ID, &r.At, &r.Tenant, &r.Actor, &r.Action, &r.Target, &r.Detail, &r.IP, &r.Sealed)
+		var clear, legacy, mac string
+		err := row.Scan(&r.ID, &r.At, &r.Tenant, &r.Actor, &r.Action, &r.Target, &r.Detail, &clear, &legacy, &mac, &r.Sealed)
+		r.IP = ShownAddress(clear, legacy, mac)
 		if n, ok := names[r.Tenant]; ok {
 			r.Tenant = n
 		}

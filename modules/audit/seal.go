@@ -32,19 +32,30 @@ type record struct {
 	Action  string
 	Target  string
 	Detail  string
-	IP      string
+	// IP is the clear address of entries written before keyed hashes
+	// (migration 0120); IPMac the keyed hash of newer ones.
+	IP    string
+	IPMac string
 }
 
-const recordColumns = `id, tenant_id::text, at, COALESCE(actor_id::text, ''), actor, action, target, detail::text, ip`
+// recordColumns are audit_log's hashed columns, unqualified: no column of
+// audit_seals shares a name with them, so they also read from a join.
+const recordColumns = `id, tenant_id::text, at, COALESCE(actor_id::text, ''), actor, action, target, detail::text, ip, ip_mac`
+
+// dest are the scan targets of recordColumns.
+func (r *record) dest() []any {
+	return []any{&r.ID, &r.Tenant, &r.At, &r.ActorID, &r.Actor, &r.Action, &r.Target, &r.Detail, &r.IP, &r.IPMac}
+}
 
 func scanRecord(row pgx.Row) (record, error) {
 	var r record
-	err := row.Scan(&r.ID, &r.Tenant, &r.At, &r.ActorID, &r.Actor, &r.Action, &r.Target, &r.Detail, &r.IP)
+	err := row.Scan(r.dest()...)
 	return r, err
 }
 
 // canonical is the entry's hashed form: each field length-prefixed, so no
-// two different entries share it. Time is at microseconds, as Postgres keeps it.
+// two different entries share it. The clear address kept beside the chain
+// (audit_addresses) is not part of it: retention deletes it freely. Time is at microseconds, as Postgres keeps it.
 func (r record) canonical() []byte {
 	var b bytes.Buffer
 	field := func(s string) {
@@ -62,6 +73,13 @@ func (r record) canonical() []byte {
 	field(r.Target)
 	field(r.Detail)
 	field(r.IP)
+	// The keyed hash of the client's address, for entries written since
+	// migration 0120. Entries before it have none and hash exactly as they
+	// were sealed, so a chain mixing both verifies; the fields being
+	// length-prefixed, no entry with it encodes like one without.
+	if r.IPMac != "" {
+		field(r.IPMac)
+	}
 	return b.Bytes()
 }
 

@@ -45,7 +45,8 @@ func TestQuickRunWritesEveryFigure(t *testing.T) {
 	jsonPath := filepath.Join(dir, "bench.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--data-dir="+filepath.Join(dir, "run"), "--json="+jsonPath)
+	cmd := exec.CommandContext(ctx, bin, "bench", "--quick", "--data-dir="+filepath.Join(dir, "run"), "--json="+jsonPath,
+		"--cpu-profile="+filepath.Join(dir, "profiles"))
 	cmd.Env = cleanEnv()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -110,6 +111,28 @@ func TestQuickRunWritesEveryFigure(t *testing.T) {
 		require.Equal(t, m.Burst.MaxActSentMS, m.Burst1000MaxMS)
 		require.GreaterOrEqual(t, m.Burst1000MaxMS, m.Burst.DetectActSent.P99, name)
 		require.Positive(t, m.Burst1000MaxMS, name)
+		// Where the CPU went at saturation, and which statements took the
+		// database's time: the claim path's own statements are among them.
+		require.NotNil(t, m.SaturationCPU, name)
+		require.Positive(t, m.SaturationCPU.BenchProcess, "%s: the panel and agents used CPU", name)
+		require.Positive(t, m.SaturationCPU.Postgres, "%s: the private Postgres's backends are counted", name)
+		require.Positive(t, m.SaturationCPU.CommitsPerJob, name)
+		require.Positive(t, m.SaturationCPU.Jobs, name)
+		require.NotEmpty(t, m.SaturationStatements, name)
+		claims := false
+		for _, st := range m.SaturationStatements {
+			claims = claims || strings.Contains(st.Query, "claims")
+			require.NotContains(t, st.Query, "bench-", "statements are normalised: no values")
+		}
+		require.True(t, claims, "%s: a statement on claims is among the top ones: %+v", name, m.SaturationStatements)
+		triggers := false
+		for _, f := range m.SaturationFunctions {
+			triggers = triggers || (strings.HasPrefix(f.Name, "claim_") && f.CallsPerJob > 0)
+		}
+		require.True(t, triggers, "%s: the claim triggers' own time is reported: %+v", name, m.SaturationFunctions)
+		fi, err := os.Stat(filepath.Join(dir, "profiles", name+".pprof"))
+		require.NoError(t, err, "--cpu-profile writes a profile per mode")
+		require.Positive(t, fi.Size())
 	}
 	text := out.String()
 	require.Contains(t, text, "bare INSERT … ON CONFLICT, 8 clients")

@@ -51,6 +51,9 @@ type Config struct {
 	// Modes lists the dispatch modes to measure (empty: every mode this
 	// build has).
 	Modes []string
+	// CPUProfile is a directory for a CPU profile of the bench process per
+	// mode over its saturation steps ("" for none).
+	CPUProfile string
 
 	// Set by Validate from Quick and Duration.
 	valid      bool
@@ -80,6 +83,8 @@ func (c *Config) Register(s *config.Set) {
 	s.Int(&c.Burst, "burst", "FLEET_BENCH_BURST", 1000, "jobs sighted at once in the burst phase (10 to 20000)")
 	s.Duration(&c.MaxP99, "max-p99", "FLEET_BENCH_MAX_P99", time.Second,
 		"saturation: the offered load is doubled until detect→act_sent p99 passes this (10ms to 30s)")
+	s.String(&c.CPUProfile, "cpu-profile", "FLEET_BENCH_CPU_PROFILE", "",
+		"write a CPU profile of the bench process (panel and agents; agents labelled part=agents) over each mode's saturation steps to DIR/<mode>.pprof")
 	s.List(&c.Modes, "modes", "FLEET_BENCH_MODES", "dispatch modes to measure, comma-separated (default: every mode this build has)")
 }
 

@@ -67,6 +67,15 @@ type ModeReport struct {
 	Paced          Phase   `json:"paced"`
 	Burst          Phase   `json:"burst"`
 	Steps          []Step  `json:"saturation_steps"`
+	// SaturationCPU is where the CPU went over the step that set
+	// SaturatedLeasesPerS (its sightings, and its wait for their act_sent).
+	SaturationCPU *CPUUse `json:"saturation_cpu,omitempty"`
+	// SaturationStatements are the statements that took most of the
+	// database's time in that step (private Postgres only).
+	SaturationStatements []Statement `json:"saturation_statements,omitempty"`
+	// SaturationFunctions are the PL/pgSQL functions (triggers) with most
+	// own time in that step (private Postgres only).
+	SaturationFunctions []Function `json:"saturation_functions,omitempty"`
 }
 
 // Step is one saturation step.
@@ -126,6 +135,22 @@ func (r *Report) WriteText(w io.Writer) {
 		for _, s := range m.Steps {
 			fmt.Fprintf(w, "    %-22s %8d %10.1f %12d %22s %12.0f\n", fmt.Sprintf("step %.0f/s offered", s.OfferedPerS), s.Jobs, s.LeasesPerS,
 				s.Unfinished, pctCell(s.DetectActSent), s.MaxActSentMS)
+		}
+		if u := m.SaturationCPU; u != nil {
+			fmt.Fprintf(w, "    CPU over the saturated step (%.1f s, %d jobs): bench process (panel + agents) %.2f cores, Postgres %.2f, Redis %.2f, idle %.2f of %d; %.2f database commits per job\n",
+				u.WindowS, u.Jobs, u.BenchProcess, u.Postgres, u.Redis, u.Idle, r.CPUs, u.CommitsPerJob)
+		}
+		if len(m.SaturationStatements) > 0 {
+			fmt.Fprintf(w, "    the database's time in that step, by statement (pg_stat_statements):\n      %6s %9s %9s  %s\n", "share", "per job", "mean ms", "statement")
+			for _, st := range m.SaturationStatements {
+				fmt.Fprintf(w, "      %5.1f%% %9.2f %9.3f  %s\n", 100*st.Share, st.CallsPerJob, st.MeanMS, st.Query)
+			}
+		}
+		if len(m.SaturationFunctions) > 0 {
+			fmt.Fprintf(w, "    PL/pgSQL functions (the triggers) by their own time, as a part of the statements' time:\n      %6s %9s %9s  %s\n", "share", "per job", "self ms", "function")
+			for _, f := range m.SaturationFunctions {
+				fmt.Fprintf(w, "      %5.1f%% %9.2f %9.3f  %s\n", 100*f.Share, f.CallsPerJob, f.SelfMeanMS, f.Name)
+			}
 		}
 	}
 	if len(r.ModesAbsent) > 0 {

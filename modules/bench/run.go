@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,16 +77,28 @@ func Run(ctx context.Context, cfg Config, progress, errOut io.Writer) (*Report, 
 		BareInsertClients: cfg.Clients, Actors: cfg.Actors, PacedRate: cfg.Rate, BurstJobs: cfg.Burst,
 		MaxP99MS: ms(cfg.MaxP99), Modes: map[string]*ModeReport{}, ModesAbsent: absentModes}
 	ownerURL, appURL, redisURL := cfg.DatabaseURL, cfg.DatabaseAppURL, cfg.RedisURL
+	var meter cpuMeter
 	if ownerURL == "" || redisURL == "" {
 		rep.Services = "private"
 	}
 	if ownerURL == "" {
 		say("starting a private Postgres under %s", dir)
-		pg, err := embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: filepath.Join(dir, "postgres"), NoSync: true, Logger: log})
+		pg, err := embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: filepath.Join(dir, "postgres"), NoSync: true,
+			TrackStatements: true, Logger: log})
 		if err != nil {
 			return nil, err
 		}
 		defer pg.Stop()
+		meter.pgPid = pg.Pid()
+		super, err := db.Open(ctx, pg.SuperURL(embedded.Database), 1)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer super.Close()
+		if _, err := super.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			return nil, fmt.Errorf("bench: pg_stat_statements: %w", err)
+		}
+		meter.statements = &statementTracker{super: super}
 		ownerURL, appURL = pg.OwnerURL(), pg.AppURL()
 	}
 	if redisURL == "" {
@@ -95,6 +108,7 @@ func Run(ctx context.Context, cfg Config, progress, errOut io.Writer) (*Report, 
 			return nil, err
 		}
 		defer rd.Stop()
+		meter.redisPid = rd.Pid()
 		redisURL = rd.URL(0)
 	}
 	owner, err := db.Open(ctx, ownerURL, 4)
@@ -106,6 +120,7 @@ func Run(ctx context.Context, cfg Config, progress, errOut io.Writer) (*Report, 
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	rep.Postgres = strings.Fields(rep.Postgres)[0]
+	meter.db = owner
 
 	// (a) The bare durable insert, before anything else runs.
 	say("(a) bare INSERT … ON CONFLICT, %d clients, one row per commit, %s", cfg.Clients, cfg.Duration)
@@ -166,14 +181,19 @@ func Run(ctx context.Context, cfg Config, progress, errOut io.Writer) (*Report, 
 				return nil, fmt.Errorf("bench: switch the tenant to dispatch mode %s: %w", name, err)
 			}
 		}
-		cp, err := Connect(ctx, url, tokens)
-		if err != nil {
-			return nil, err
-		}
-		current.Store(cp)
-		mr, err := measureMode(ctx, cfg, cp, say)
-		current.Store(nil)
-		cp.Close()
+		// The agents' goroutines carry a profile label, so a --cpu-profile
+		// separates them from the panel's.
+		var mr *ModeReport
+		pprof.Do(ctx, pprof.Labels("part", "agents"), func(ctx context.Context) {
+			var cp *ClaimPath
+			if cp, err = Connect(ctx, url, tokens); err != nil {
+				return
+			}
+			current.Store(cp)
+			mr, err = measureMode(ctx, cfg, cp, say, meter, name)
+			current.Store(nil)
+			cp.Close()
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -191,7 +211,7 @@ func Run(ctx context.Context, cfg Config, progress, errOut io.Writer) (*Report, 
 // measureMode runs one mode's phases on connected agents: a warm-up, the
 // paced run, the burst, then the saturation steps (last, so their backlog
 // disturbs nothing measured after them).
-func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string, ...any)) (*ModeReport, error) {
+func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string, ...any), meter cpuMeter, name string) (*ModeReport, error) {
 	mr := &ModeReport{}
 	// Warm-up, not measured: the connections' first pings and command
 	// polls, the filter cache, the prepared statements; one second at the
@@ -224,8 +244,16 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 	settle(ctx, cfg, cp, "burst", mr.Burst)
 	mr.Burst1000MaxMS = mr.Burst.MaxActSentMS
 
+	// Where the CPU goes while saturated: sampled over each step (sighting
+	// to the last act_sent), profiled over all of them with --cpu-profile.
+	stopProfile, err := startProfile(cfg.CPUProfile, name)
+	if err != nil {
+		return nil, err
+	}
 	rate, last := cfg.Rate, ""
 	for i := range cfg.maxSteps {
+		before := meter.sample(ctx)
+		meter.statements.reset(ctx)
 		prefix := fmt.Sprintf("step%d", i)
 		last = prefix
 		n := max(1, int(rate*cfg.Duration.Seconds()))
@@ -235,7 +263,17 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 		cp.Wait(ctx, prefix, cfg.drainLimit)
 		st := Step{OfferedPerS: rate, Phase: Summarise(cp.Jobs(prefix), time.Now())}
 		mr.Steps = append(mr.Steps, st)
-		mr.SaturatedLeasesPerS = max(mr.SaturatedLeasesPerS, st.LeasesPerS)
+		if st.LeasesPerS > mr.SaturatedLeasesPerS {
+			// The CPU figures are the step that set the saturated rate's.
+			mr.SaturatedLeasesPerS = st.LeasesPerS
+			mr.SaturationCPU = meter.use(before, meter.sample(ctx), runtime.NumCPU(), st.Jobs-st.Unfinished)
+			if mr.SaturationStatements, err = meter.statements.top(ctx, 10, st.Jobs-st.Unfinished); err != nil {
+				return nil, err
+			}
+			if mr.SaturationFunctions, err = meter.statements.functions(ctx, 8, st.Jobs-st.Unfinished); err != nil {
+				return nil, err
+			}
+		}
 		say("  step %d: offered %.0f/s, %.1f leases/s, detect→act_sent p99 %.1f ms, %d unfinished", i+1, rate, st.LeasesPerS, st.DetectActSent.P99, st.Unfinished)
 		if st.DetectActSent.P99 > ms(cfg.MaxP99) || st.Unfinished > 0 {
 			break
@@ -244,6 +282,9 @@ func measureMode(ctx context.Context, cfg Config, cp *ClaimPath, say func(string
 	}
 	// The last step's backlog drains before the next mode is measured.
 	cp.Wait(ctx, last, cfg.drainLimit)
+	if err := stopProfile(); err != nil {
+		return nil, fmt.Errorf("bench: --cpu-profile: %w", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

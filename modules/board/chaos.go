@@ -49,6 +49,10 @@ type Chaos struct {
 	Latency string `json:"latency"`
 	// ErrorRate is the fraction of board requests answered 503 without effect.
 	ErrorRate float64 `json:"error_rate"`
+	// BookErrorRate is the fraction of booking requests answered 503
+	// without effect while every other request works: the booking API
+	// failing while the feed still shows loads.
+	BookErrorRate float64 `json:"book_error_rate,omitempty"`
 	// DropResponseRate is the fraction of bookings that commit and then
 	// have their connection closed with no response: an UNKNOWN outcome.
 	DropResponseRate float64 `json:"drop_response_rate"`
@@ -70,7 +74,7 @@ type Chaos struct {
 
 func (c Chaos) validate() error {
 	for name, v := range map[string]float64{
-		"error_rate": c.ErrorRate, "drop_response_rate": c.DropResponseRate,
+		"error_rate": c.ErrorRate, "book_error_rate": c.BookErrorRate, "drop_response_rate": c.DropResponseRate,
 		"late_commit_rate": c.LateCommitRate, "captcha_rate": c.CaptchaRate,
 	} {
 		if v < 0 || v > 1 || math.IsNaN(v) {

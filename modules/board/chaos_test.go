@@ -84,6 +84,29 @@ func TestChaos5xx(t *testing.T) {
 	require.Equal(t, http.StatusCreated, st, "switched off mid-run")
 }
 
+// TestChaosBookErrorRate: the booking API fails while the feed and the
+// bookings look-up still answer.
+func TestChaosBookErrorRate(t *testing.T) {
+	tb := setup(t, false)
+	c := tb.login(t, "acme-1")
+	l := tb.publish(t, 1)[0]
+	require.Equal(t, http.StatusBadRequest, patchChaos(t, tb, map[string]any{"book_error_rate": 2}))
+	require.Equal(t, http.StatusOK, patchChaos(t, tb, map[string]any{"book_error_rate": 1}))
+	var feed map[string]any
+	require.NoError(t, c.GetJSON(context.Background(), "/api/loads", &feed), "the feed still answers")
+	st, body := book(t, c, l.ID, "")
+	require.Equal(t, http.StatusServiceUnavailable, st)
+	require.Equal(t, "unavailable", body["status"])
+	require.Empty(t, bookings(t, c, "").Bookings, "the look-up answers, and a 5xx booked nothing")
+	s := tb.s.Stats()
+	require.EqualValues(t, 1, s.BookingRequests, "the request reached the board")
+	require.Zero(t, s.ConfirmedBookings)
+
+	require.Equal(t, http.StatusOK, patchChaos(t, tb, map[string]any{"book_error_rate": 0}))
+	st, _ = book(t, c, l.ID, "")
+	require.Equal(t, http.StatusCreated, st, "switched off mid-run")
+}
+
 func TestChaosLateCommit(t *testing.T) {
 	tb := setup(t, true, func(c *board.Config) {
 		c.Chaos.LateCommitRate = 1

@@ -421,7 +421,9 @@ func (h *handler) apiBook(w http.ResponseWriter, r *http.Request) {
 	ch := h.b.Chaos()
 	ev := Event{LoadID: loadID, Client: si.Client, Account: si.Account}
 
-	if h.b.roll(ch.ErrorRate) {
+	// One roll for both switches, so a seeded run without the booking
+	// switch rolls the same dice as before it existed.
+	if h.b.roll(max(ch.ErrorRate, ch.BookErrorRate)) {
 		ev.Type = EvServerError
 		h.b.note(ev)
 		unavailable(w, r)

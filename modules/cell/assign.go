@@ -112,6 +112,43 @@ func (m *Manager) PublishGrant(ctx context.Context, tenant, replica string, body
 	return n, nil
 }
 
+// Published is one grant to publish: the replica that holds the chosen
+// actor's connection, and the grant's body.
+type Published struct {
+	Replica string
+	Body    []byte
+}
+
+// PublishGrants publishes a batch's grants of one tenant in one round trip
+// (a pipeline). It answers, per grant, how many replicas received it, and
+// the error of each that failed (nil when none did).
+func (m *Manager) PublishGrants(ctx context.Context, tenant string, grants []Published) ([]int64, []error) {
+	ns, errs := make([]int64, len(grants)), make([]error, len(grants))
+	c, err := m.cellOf(ctx, tenant)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return ns, errs
+	}
+	cmds := make([]*redis.IntCmd, len(grants))
+	_, perr := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, g := range grants {
+			cmds[i] = p.Publish(ctx, grantPrefix+g.Replica, g.Body)
+		}
+		return nil
+	})
+	if perr != nil {
+		m.fail(c, perr)
+	}
+	for i, cmd := range cmds {
+		if ns[i], err = cmd.Result(); err != nil {
+			errs[i] = fmt.Errorf("cell: %s: publish grant: %w", c.name, err)
+		}
+	}
+	return ns, errs
+}
+
 // isGrant reports whether a pub/sub channel carries grants for this replica.
 func (m *Manager) isGrant(channel string) bool {
 	return strings.HasPrefix(channel, grantPrefix)

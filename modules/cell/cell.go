@@ -86,6 +86,12 @@ type Config struct {
 	// most ReadBatch) at once and answers one error per entry; Dispatch is
 	// then not called.
 	DispatchBatch func(ctx context.Context, cell string, es []Entry) []error
+	// DispatchWorkers is how many reads of each cell's stream this replica
+	// dispatches at once (default 2). One worker leaves a core idle under
+	// load: a batch's commit and the Redis hops around it wait on I/O while
+	// the next read could be recorded. Each batch locks its keys in sorted
+	// order, so concurrent batches never deadlock (as between replicas).
+	DispatchWorkers int
 	// Deliver receives every offer published for a tenant, on every replica,
 	// with when and how it was published (each offer is timed from its own
 	// start: a re-offer from its re-offer, not from the job's first queueing).
@@ -102,6 +108,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.PoolSize <= 0 {
 		c.PoolSize = 32
+	}
+	if c.DispatchWorkers <= 0 {
+		c.DispatchWorkers = 2
 	}
 	if c.DedupeTTL <= 0 {
 		c.DedupeTTL = 15 * time.Minute
@@ -313,8 +322,10 @@ func (m *Manager) startCell(name, url string) (*cell, error) {
 	ctx, cancel := context.WithCancel(m.ctx)
 	c.cancel = cancel
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); m.dispatchLoop(ctx, c) }()
+	wg.Add(1 + m.cfg.DispatchWorkers)
+	for range m.cfg.DispatchWorkers {
+		go func() { defer wg.Done(); m.dispatchLoop(ctx, c) }()
+	}
 	go func() { defer wg.Done(); m.subscribeLoop(ctx, c) }()
 	go func() { wg.Wait(); close(c.done) }()
 	m.log.Info("cell started", "cell", name)

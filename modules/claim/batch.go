@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -68,7 +69,6 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 		b.Queue(recordJobSQL, recordJobArgs(r.Job)...)
 		b.Queue(grantSQL, tenant, r.Job.Job.Key, r.Holder.Agent, r.Holder.Worker, r.SendWithin.Seconds(), ClearanceFor.Seconds(),
 			r.HardTimeout.Seconds())
-		b.Queue(leaseDiagSQL, tenant, r.Job.Job.Key, ClearanceFor.Seconds())
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -78,7 +78,7 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 	if _, err := br.Exec(); err != nil {
 		return fail(err)
 	}
-	diags := map[int]leaseDiag{}
+	var refused []int
 	for _, i := range order {
 		if _, err := br.Exec(); err != nil {
 			return fail(err)
@@ -97,29 +97,44 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 		}
 		g.SendWithin = time.Duration(withinMS) * time.Millisecond
 		out[i].Grant = g
-		var d leaseDiag
-		err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
-			&d.reviewFine, &d.rate, &d.state, &d.blocked)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fail(err)
-		}
 		if !granted {
-			if errors.Is(err, pgx.ErrNoRows) {
-				out[i].Err = &Refusal{Reason: ReasonUnknownJob}
-			} else {
-				diags[i] = d
-			}
+			refused = append(refused, i)
 		}
 	}
 	if err := br.Close(); err != nil {
 		return fail(err)
 	}
-	// Refusals are named after the commit (review asks for a review in its
-	// own transaction, as for a lease).
-	for i, d := range diags {
-		out[i].Err = s.leaseRefusal(ctx, tenant, reqs[i].Job.Job.Key, d)
+	// Refusals are diagnosed and named after the commit, each in its own
+	// round trip: under load nearly every job is granted, and diagnosing
+	// every one inside the batch cost the database a statement per job for
+	// nothing (review asks for a review in its own transaction, as for a
+	// lease).
+	for _, i := range refused {
+		d, found, err := s.diagnose(ctx, tenant, reqs[i].Job.Job.Key)
+		switch {
+		case err != nil:
+			out[i].Err = fmt.Errorf("claim: grant refused, its reason unreadable: %w", err)
+		case !found:
+			out[i].Err = &Refusal{Reason: ReasonUnknownJob}
+		default:
+			out[i].Err = s.leaseRefusal(ctx, tenant, reqs[i].Job.Job.Key, d)
+		}
 	}
 	return out, nil
+}
+
+// diagnose reads why a lease or grant of key was refused (found is false
+// when the tenant is gone).
+func (s *Store) diagnose(ctx context.Context, tenant, key string) (d leaseDiag, found bool, err error) {
+	err = db.TenantRow(ctx, s.pool, tenant, leaseDiagSQL, tenant, key, ClearanceFor.Seconds()).Scan(&d.globalPaused,
+		&d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine, &d.reviewFine, &d.rate, &d.state, &d.blocked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, false, nil
+	}
+	if err != nil {
+		return d, false, fmt.Errorf("claim: diagnose a refusal: %w", err)
+	}
+	return d, true, nil
 }
 
 // DispatchBatch handles every entry one read of a cell's stream returned:
@@ -202,29 +217,67 @@ func (e *Engine) grantBatch(ctx context.Context, cellName, tenant string, es []c
 	}
 	e.m.panel.WithLabelValues(PanelStepBatch).Observe(time.Since(t0).Seconds())
 	cells := e.Cells()
+	var pub []cell.Published
+	var sent []int
+	msgs := make([]wire.LeaseGrant, len(res))
 	for k, r := range res {
 		if r.Err != nil {
+			var ref *Refusal
+			if !errors.As(r.Err, &ref) {
+				// Refused for a reason that could not be read: the entry stays
+				// pending and is dispatched again.
+				errs[at[k]] = r.Err
+				continue
+			}
 			e.m.grants.WithLabelValues(wireReason(r.Err)).Inc()
 			continue
 		}
 		e.m.grants.WithLabelValues("granted").Inc()
 		e.m.dispatched.WithLabelValues("granted").Inc()
-		e.sendGrant(ctx, cells, reqs[k].Job, chosen[k], r.Grant, t0, PanelStepGrant)
+		msg, body, err := e.grantBody(reqs[k].Job, chosen[k], r.Grant)
+		if err != nil {
+			continue
+		}
+		pub = append(pub, cell.Published{Replica: chosen[k].Replica, Body: body})
+		sent = append(sent, k)
+		msgs[k] = msg
+	}
+	if len(pub) == 0 || cells == nil {
+		return
+	}
+	// One round trip for the batch's grants: one Redis hop each cost a
+	// batch of 64 as much as its commit.
+	ns, perrs := cells.PublishGrants(ctx, tenant, pub)
+	for j, k := range sent {
+		e.m.panel.WithLabelValues(PanelStepGrant).Observe(time.Since(t0).Seconds())
+		e.published(ctx, reqs[k].Job, chosen[k], msgs[k], ns[j], perrs[j])
 	}
 }
 
-// sendGrant publishes a committed grant to the replica holding its actor.
-func (e *Engine) sendGrant(ctx context.Context, cells *cell.Manager, q QueuedJob, a WarmActor, g Grant, t0 time.Time, step string) {
+// grantBody is the lease_grant for a committed grant and the note that
+// carries it to the replica holding its actor.
+func (e *Engine) grantBody(q QueuedJob, a WarmActor, g Grant) (wire.LeaseGrant, []byte, error) {
 	msg := wire.LeaseGrant{GrantID: newID(), Worker: a.Worker, Job: q.Job, Token: g.Token, OperationID: g.OperationID,
 		BookingKey: g.BookingKey, KeysHonoured: g.KeysHonoured, GrantedAt: g.GrantedAt, SendBy: g.SendBy,
 		SendWithinMillis: g.SendWithin.Milliseconds(), HardTimeoutMillis: e.cfg.HardTimeout.Milliseconds(),
 		SeenAt: q.SeenAt, QueuedAt: q.QueuedAt, Cell: q.Cell}
 	body, err := json.Marshal(grantNote{Tenant: q.Tenant, Actor: a, Grant: msg, Sent: e.cfg.Clock.Now()})
+	return msg, body, err
+}
+
+// sendGrant publishes a committed grant to the replica holding its actor.
+func (e *Engine) sendGrant(ctx context.Context, cells *cell.Manager, q QueuedJob, a WarmActor, g Grant, t0 time.Time, step string) {
+	msg, body, err := e.grantBody(q, a, g)
 	if err != nil || cells == nil {
 		return
 	}
 	n, err := cells.PublishGrant(ctx, q.Tenant, a.Replica, body)
 	e.m.panel.WithLabelValues(step).Observe(time.Since(t0).Seconds())
+	e.published(ctx, q, a, msg, n, err)
+}
+
+// published handles a grant's publication: n replicas received it, or err.
+func (e *Engine) published(ctx context.Context, q QueuedJob, a WarmActor, msg wire.LeaseGrant, n int64, err error) {
 	switch {
 	case err != nil:
 		// Whether a replica received it is unknown: the grant stands and,

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
@@ -75,6 +76,17 @@ type AuditFigure struct {
 	NextRun *time.Time
 }
 
+// RetentionFigure is the daily prune: its last finished run, what that run
+// deleted in the tenants shown (and the system's, for admins), and its next
+// run.
+type RetentionFigure struct {
+	Known   bool
+	OK      bool
+	At      time.Time
+	Deleted int64
+	NextRun *time.Time
+}
+
 // Overview is the whole window: the user's tenants, or one tenant.
 type Overview struct {
 	At      time.Time
@@ -88,6 +100,7 @@ type Overview struct {
 	// AlarmsOpen sums Alarms.
 	AlarmsOpen int
 	Audit      AuditFigure
+	Retention  RetentionFigure
 	// System says the user sees system figures (cells, system alarms).
 	System bool
 	Errs   []string
@@ -201,6 +214,7 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 	sort.Slice(o.Alarms, func(i, j int) bool { return o.Alarms[i].Kind < o.Alarms[j].Kind })
 	o.Stages = stageFigures(all, now)
 	o.Audit = auditFigure(ctx, src)
+	o.Retention = retentionFigure(ctx, src, tenants, system)
 	return o
 }
 
@@ -281,4 +295,31 @@ func auditFigure(ctx context.Context, src Sources) AuditFigure {
 		}
 	}
 	return a
+}
+
+func retentionFigure(ctx context.Context, src Sources, tenants []auth.Tenant, system bool) RetentionFigure {
+	var f RetentionFigure
+	st, err := retention.Status(ctx, src.Schedules)
+	if err != nil {
+		return f
+	}
+	f.NextRun = st.NextRun
+	r := st.LastRun
+	if r == nil || r.FinishedAt == nil {
+		return f
+	}
+	f.Known, f.OK, f.At = true, r.Status == "ok", *r.FinishedAt
+	ids := make([]string, 0, len(tenants)+1)
+	for _, t := range tenants {
+		ids = append(ids, t.ID)
+	}
+	if system {
+		ids = append(ids, retention.Global)
+	}
+	for _, id := range ids {
+		if p, err := retention.PrunedByRun(ctx, src.DB, id, r.ID); err == nil && p != nil {
+			f.Deleted += p.Total
+		}
+	}
+	return f
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -288,6 +290,27 @@ proxy_pool: %s
 		require.Equal(t, fmt.Sprintf("127.0.0.26:%d", sport), c)
 	}
 	require.Zero(t, site.Oracle().RobotsViolations)
+
+	// The costs reach the panel's metrics: the bytes the pool carried, and
+	// the seconds the crawlers' browsers were open for the browser run.
+	metric := func(re string) float64 {
+		res, err := http.Get(f.base + "/metrics")
+		require.NoError(t, err)
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		m := regexp.MustCompile(re + ` ([0-9.e+-]+)\n`).FindStringSubmatch(string(body))
+		if m == nil {
+			return 0
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		return v
+	}
+	proxied := metric(`fleet_proxy_traffic_bytes_total\{pool="pool1",tenant="` + f.tenant + `"\}`)
+	require.Greater(t, proxied, float64(1000), "the catalog's pages came through the pool")
+	require.Eventually(t, func() bool {
+		return metric(`fleet_browser_seconds_total\{kind="crawler",tenant="`+f.tenant+`"\}`) > 0
+	}, time.Minute, 200*time.Millisecond, "the crawlers' browser seconds reached the panel")
 
 	// 5. The fleet page shows each account's egress.
 	fl, err := f.fleet.List(ctx, f.tenant)

@@ -610,6 +610,9 @@ func (x *execution) handle(ctx context.Context, r result) {
 			return
 		}
 		x.proxyOutcome(ctx, r.proxy, true, "", now)
+		if x.pool != nil {
+			proxyBytes.WithLabelValues(x.tenant, x.pool.Name).Add(float64(res.Bytes))
+		}
 	}
 	x.figures(host, func(f *DomainFigures) { f.Requests++; f.TotalMS += res.DurationMS })
 	x.run.Bytes += res.Bytes

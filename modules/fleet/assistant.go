@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -74,7 +75,10 @@ type Invalid string
 func (e Invalid) Error() string { return string(e) }
 
 // AssistantLimits reads the tenant's and the installation's limits for
-// enrolled assistants (nil when neither sets one).
+// enrolled assistants (nil when neither sets one). Spend per day is not
+// kept here: it is the model_spend_day limit of modules/limit (the tenant's
+// and the global row), the one source of truth the /limits page and
+// `fleetwright limit` set.
 func (s *Store) AssistantLimits(ctx context.Context, tenant string) (*wire.AssistantLimits, error) {
 	var tb, gb []byte
 	err := db.TenantRow(ctx, s.pool, tenant, `SELECT t.assistant_limits, (SELECT assistant_limits FROM fleet_switches)
@@ -86,17 +90,42 @@ func (s *Store) AssistantLimits(ctx context.Context, tenant string) (*wire.Assis
 	if err := errors.Join(json.Unmarshal(tb, &l.Tenant), json.Unmarshal(gb, &l.Global)); err != nil {
 		return nil, fmt.Errorf("fleet: assistant limits: %w", err)
 	}
+	lim, err := limit.Load(ctx, s.pool, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: assistant limits: %w", err)
+	}
+	l.Tenant.DayCostUSD = spendUSD(lim.Tenant)
+	l.Global.DayCostUSD = spendUSD(lim.Global)
 	if l.Tenant.IsZero() && l.Global.IsZero() {
 		return nil, nil
 	}
 	return &l, nil
 }
 
+// spendUSD is a scope's model_spend_day in USD (0: none). A stored 0
+// (which limit.Set no longer accepts) allows no spend: it is sent as the
+// smallest amount, one micro-dollar, as the wire's 0 means no limit.
+func spendUSD(m map[limit.Name]int64) float64 {
+	v, ok := m[limit.ModelSpendPerDay]
+	if !ok {
+		return 0
+	}
+	return float64(max(v, 1)) / 1e6
+}
+
+// errSpendElsewhere refuses a spend per day in the assistant limits: it is
+// the model_spend_day limit.
+var errSpendElsewhere = Invalid("spend per day is the model_spend_day limit: set it on the Limits page or with `fleetwright limit set model_spend_day`")
+
 // SetAssistantLimits sets the tenant's limits for its enrolled assistants,
 // or the installation's when tenant is empty (audited on the system chain),
 // and tells the connected assistants concerned: each gets a configure
-// command whose limits are read when it is sent, woken at commit.
+// command whose limits are read when it is sent, woken at commit. Spend
+// per day is refused here: it is the model_spend_day limit (limit.Set).
 func (s *Store) SetAssistantLimits(ctx context.Context, tenant string, set wire.AssistantLimitSet, by audit.Entry) error {
+	if set.DayCostUSD != 0 {
+		return errSpendElsewhere
+	}
 	if err := CheckLimitSet(set); err != nil {
 		return err
 	}
@@ -116,7 +145,7 @@ func (s *Store) SetAssistantLimits(ctx context.Context, tenant string, set wire.
 			if err := audit.Append(ctx, tx, e); err != nil {
 				return err
 			}
-			return tellAssistants(ctx, tx, tenant, by)
+			return tellAssistants(ctx, tx, tenant, "assistant limits changed", by)
 		})
 		if err != nil {
 			return fmt.Errorf("fleet: assistant limits: %w", err)
@@ -146,17 +175,38 @@ func (s *Store) SetAssistantLimits(ctx context.Context, tenant string, set wire.
 	}
 	var first error
 	for _, t := range tenants {
-		if err := db.InTenant(ctx, s.pool, t, func(tx pgx.Tx) error { return tellAssistants(ctx, tx, t, by) }); err != nil && first == nil {
+		if err := db.InTenant(ctx, s.pool, t, func(tx pgx.Tx) error { return tellAssistants(ctx, tx, t, "assistant limits changed", by) }); err != nil && first == nil {
 			first = fmt.Errorf("fleet: assistant limits are set, but the assistants of a tenant were not told: %w", err)
 		}
 	}
 	return first
 }
 
+// LimitNotifier tells a tenant's enrolled assistants that a limit they
+// apply changed (limit.Notifier): model_spend_day is their spend per day.
+// Each live assistant gets a configure command whose limits are read when
+// it is sent, woken at commit on whichever replica holds it — also when
+// the change comes from `fleetwright limit set` in another process.
+type LimitNotifier struct{}
+
+// LimitChanged queues the configure commands in tx (tenant scope).
+func (LimitNotifier) LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n limit.Name, by audit.Entry) error {
+	if n == limit.AccountRequestsPerHour {
+		return tellAgentsOfLimit(ctx, tx, tenant, by) // requests.go
+	}
+	if n != limit.ModelSpendPerDay {
+		return nil
+	}
+	if err := tellAssistants(ctx, tx, tenant, "limit "+string(n)+" changed", by); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	return nil
+}
+
 // tellAssistants queues a configure command for each live assistant of the
 // tenant (an agent that has reported as one) and wakes their replicas.
-func tellAssistants(ctx context.Context, tx pgx.Tx, tenant string, by audit.Entry) error {
-	b, _ := json.Marshal(CommandBody{Reason: "assistant limits changed"})
+func tellAssistants(ctx context.Context, tx pgx.Tx, tenant, reason string, by audit.Entry) error {
+	b, _ := json.Marshal(CommandBody{Reason: reason})
 	rows, err := tx.Query(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
 		SELECT tenant_id, id, $2, $3, $4 FROM agents
 		WHERE tenant_id = $1 AND retired_at IS NULL AND assistant_report IS NOT NULL

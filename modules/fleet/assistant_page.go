@@ -55,9 +55,9 @@ func (d Deps) startAssistantTask(w http.ResponseWriter, r *http.Request) {
 	var inv Invalid
 	switch {
 	case errors.As(err, &inv):
-		d.back(w, r, "bad", "The task was not started: "+inv.Error()+".")
+		d.refused(w, r, errors.New("The task was not started: "+inv.Error()+"."))
 	case errors.Is(err, ErrNotAssistant):
-		d.back(w, r, "bad", "The task was not started: that agent is not an enrolled assistant.")
+		d.refused(w, r, errors.New("The task was not started: that agent is not an enrolled assistant."))
 	case err != nil:
 		d.Log.Warn("start assistant task", "err", err)
 		d.back(w, r, "bad", "The task was not started: "+d.shown(err))
@@ -66,9 +66,13 @@ func (d Deps) startAssistantTask(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parseLimitSet reads the limits form; every error names the field.
+// parseLimitSet reads the limits form; every error names the field. Spend
+// per day is not in it: it is the model_spend_day limit (/limits).
 func parseLimitSet(r *http.Request) (wire.AssistantLimitSet, error) {
 	var s wire.AssistantLimitSet
+	if strings.TrimSpace(r.PostFormValue("day_cost_usd")) != "" {
+		return s, errSpendElsewhere
+	}
 	ints := []struct {
 		name string
 		to   *int
@@ -87,7 +91,7 @@ func parseLimitSet(r *http.Request) (wire.AssistantLimitSet, error) {
 	for _, f := range []struct {
 		name string
 		to   *float64
-	}{{"task_cost_usd", &s.TaskCostUSD}, {"day_cost_usd", &s.DayCostUSD}} {
+	}{{"task_cost_usd", &s.TaskCostUSD}} {
 		v := strings.TrimPrefix(strings.TrimSpace(r.PostFormValue(f.name)), "$")
 		if v == "" {
 			continue
@@ -131,7 +135,7 @@ func (d Deps) saveLimits(w http.ResponseWriter, r *http.Request, tenant, whose s
 	var inv Invalid
 	switch {
 	case errors.As(err, &inv):
-		d.back(w, r, "bad", "The limits were not saved: "+inv.Error()+".")
+		d.refused(w, r, errors.New("The limits were not saved: "+inv.Error()+"."))
 	case err != nil:
 		d.Log.Warn("assistant limits", "err", err)
 		d.back(w, r, "bad", "The limits were not saved: "+d.shown(err))

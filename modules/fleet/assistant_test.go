@@ -114,38 +114,38 @@ func TestEnrolledAssistantShowsItsTaskAndObeysThePause(t *testing.T) {
 	require.Eventually(t, func() bool { r := report(); return r != nil && !r.Paused && len(r.Tasks) == 2 }, 15*time.Second, 100*time.Millisecond)
 }
 
-// An enrolled assistant whose model spend today reaches its tenant's
-// model_spend_day limit (modules/limit) is paused by the panel with the
-// limit as the reason: audited, a limit.reached alarm, and its next task
-// waits paused.
-func TestAssistantOverItsSpendLimitIsPaused(t *testing.T) {
-	b := setup(t)
+// priced makes the scripted model a priced endpoint: every step then costs
+// far more than a micro-dollar.
+func priced(c *assistant.Config) { c.PriceIn, c.PriceOut = 1000, 1000 } // USD per million tokens
+
+// enrolledAssistant starts an assistant enrolled in the panel at panelURL
+// (a replica of b; "" starts one) with the scripted model and cfg changed
+// by tweak, and waits until the panel holds its first report. report reads
+// the panel's copy of the latest one.
+func (b *bundle) enrolledAssistant(t *testing.T, panelURL, key string, script stub.Script, tweak func(*assistant.Config)) (h *eval.Harness, m *stub.Server, id string, report func() *wire.AssistantReport) {
+	t.Helper()
 	ctx := context.Background()
-	_, url := b.replica(t, "a")
-	id, token := b.agent(t, "assistant-spend")
+	if panelURL == "" {
+		_, panelURL = b.replica(t, "a")
+	}
+	id, token := b.agent(t, key)
 	dir := testenv.SharedTempDir(t) // the browser's user reaches the profile under it
 	tok := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
-	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.ModelSpendPerDay, 1, true)) // one micro-dollar
-
 	h, err := eval.StartStudio()
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
-	m := stub.New(stub.Script{Steps: []stub.Step{{Tool: "open_tab", Args: map[string]any{"name": "brief", "url": "$url:/brief"}}}}, nil)
+	m = stub.New(script, nil)
 	ms := httptest.NewServer(m.Handler())
 	t.Cleanup(ms.Close)
-	cfg := assistant.Config{ModelURL: ms.URL, Model: "stub", StateDir: filepath.Join(dir, "state"), Panel: url, TokenFile: tok,
-		PriceIn: 1000, PriceOut: 1000, // USD per million tokens: any step costs more than the limit
+	cfg := assistant.Config{ModelURL: ms.URL, Model: "stub", StateDir: filepath.Join(dir, "state"), Panel: panelURL, TokenFile: tok,
 		ReportEvery: 200 * time.Millisecond, Limits: store.Limits{Steps: 40, WallTime: 5 * time.Minute, Tabs: 6},
 		EgressAllow: []string{"127.0.0.1/32"}, EgressPorts: []string{eval.Port(h.StudioURL)}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	require.NoError(t, h.StartAssistant(ctx, cfg, testenv.Logger(t)))
-	require.Eventually(t, func() bool { return b.read(t, id).Connected }, 30*time.Second, 100*time.Millisecond)
-
-	task, err := h.Submit("Read the brief.", []string{h.StudioURL + "/brief"}, nil)
-	require.NoError(t, err)
-	_, err = h.Wait(task, 60*time.Second, false, store.StatusDone)
-	require.NoError(t, err)
-	report := func() *wire.AssistantReport {
+	report = func() *wire.AssistantReport {
 		f, err := b.store.List(ctx, b.tenant)
 		require.NoError(t, err)
 		for _, a := range f.Agents {
@@ -155,20 +155,81 @@ func TestAssistantOverItsSpendLimitIsPaused(t *testing.T) {
 		}
 		return nil
 	}
-	require.Eventually(t, func() bool { r := report(); return r != nil && r.Paused }, 15*time.Second, 100*time.Millisecond,
-		"the panel paused the assistant")
+	require.Eventually(t, func() bool { return b.read(t, id).Connected && report() != nil }, 60*time.Second, 100*time.Millisecond)
+	return h, m, id, report
+}
+
+// homeShows waits until the assistant's home page shows want.
+func homeShows(t *testing.T, h *eval.Harness, want string) {
+	t.Helper()
+	var home string
+	require.Eventually(t, func() bool {
+		_, body, err := h.Get("/")
+		require.NoError(t, err)
+		home = body
+		return strings.Contains(home, want)
+	}, 30*time.Second, 100*time.Millisecond, "the assistant's home page shows %q", want)
+}
+
+// The assistant's spend per day is modules/limit's model_spend_day: set
+// with `fleetwright limit set` (the CLI, another process) it reaches the
+// connected assistant at once, and the task it stops names the tenant's
+// limit, raising an assistant.limit alarm; the global one set through the
+// store reaches it the same way. The assistant limits refuse a spend per
+// day of their own.
+func TestModelSpendDayIsTheAssistantsSpendPerDay(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	loop := stub.Step{Tool: "list_tabs", Args: map[string]any{}}
+	h, _, id, report := b.enrolledAssistant(t, "", "assistant-spend", stub.Script{Final: &loop}, priced)
+	err := b.store.SetAssistantLimits(ctx, b.tenant, wire.AssistantLimitSet{TaskSteps: 30, DayCostUSD: 5}, ops)
+	require.ErrorContains(t, err, "spend per day is the model_spend_day limit")
+
+	// The CLI sets the tenant's limit: the assistant has it without
+	// reconnecting (pushed in a configure command).
+	bin := testenv.Binary(t)
+	p := testenv.Start(t, bin, []string{"limit", "set", "model_spend_day", "0.000001", "--tenant=acme",
+		"--database-url=" + b.db.OwnerURL, "--database-app-url=" + b.db.AppURL})
+	require.Equal(t, 0, p.Wait(90*time.Second), p.Output())
+	require.Contains(t, p.Output(), "tenant acme: model_spend_day set to $0.000001")
+	homeShows(t, h, "tenant per day $0.000001 spend (model_spend_day)")
+	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 15*time.Second, 50*time.Millisecond, "acknowledged")
+	lim, err := b.store.AssistantLimits(ctx, b.tenant)
+	require.NoError(t, err)
+	require.InDelta(t, 0.000001, lim.Tenant.DayCostUSD, 1e-12)
+	require.Zero(t, lim.Global.DayCostUSD)
+
+	// A priced task runs one step, then stops at the tenant's limit.
+	task, err := h.Submit("List the tabs", []string{h.StudioURL + "/brief"}, nil)
+	require.NoError(t, err)
+	tj, err := h.Wait(task, 60*time.Second, false, store.StatusStopped)
+	require.NoError(t, err)
+	require.Regexp(t, `^limit reached: spend today, UTC \(\$[0-9.]+ of \$0\.000001, the tenant's model_spend_day limit\)$`, tj.StopReason)
+	require.Equal(t, 1, tj.Steps)
+	key := fmt.Sprintf("%s/%d", id, task)
+	require.Eventually(t, func() bool {
+		open, err := alarm.IsOpen(ctx, b.db.App, b.tenant, fleet.AlarmAssistantLimit, key)
+		require.NoError(t, err)
+		return open
+	}, 15*time.Second, 100*time.Millisecond, "the limit stop raised an alarm")
 	open, err := alarm.ListTenant(ctx, b.db.App, b.tenant, true, 10)
 	require.NoError(t, err)
-	require.Len(t, open, 1)
-	require.Equal(t, limit.AlarmKind, open[0].Kind)
-	require.Contains(t, open[0].Summary, "assistant agent-assistant-spend stopped: limit: model_spend_day $0.000001 (tenant limit)")
+	require.Len(t, open, 1, "one alarm: the task's, not a second for the same stop")
+	require.Contains(t, open[0].Summary, "the tenant's model_spend_day limit")
+	r := report()
+	require.False(t, r.Paused, "the task stops; the assistant is not paused")
 
-	task2, err := h.Submit("Read the brief.", []string{h.StudioURL + "/brief"}, nil)
-	require.NoError(t, err)
-	t2, err := h.Wait(task2, 30*time.Second, false, store.StatusPaused)
-	require.NoError(t, err)
-	require.Contains(t, t2.StopReason, "paused by the panel")
-	require.Zero(t, t2.Steps)
+	// The global limit, through the store with the fleet's notifier.
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, limit.Global, limit.ModelSpendPerDay, 500000, true, fleet.LimitNotifier{}))
+	homeShows(t, h, "global per day $0.50 spend (model_spend_day)")
+	// Removed, it is gone from the assistant too.
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.ModelSpendPerDay, 0, false, fleet.LimitNotifier{}))
+	require.Eventually(t, func() bool {
+		_, home, err := h.Get("/")
+		require.NoError(t, err)
+		return !strings.Contains(home, "tenant per day") && strings.Contains(home, "global per day $0.50")
+	}, 30*time.Second, 100*time.Millisecond)
+	require.ErrorContains(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.ModelSpendPerDay, 0, true), "would allow no spend at all")
 }
 
 // The panel's limits reach an enrolled assistant — the tenant's in its
@@ -186,7 +247,8 @@ func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
 	dir := testenv.SharedTempDir(t) // the browser's user reaches the profile under it
 	tok := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tok, []byte(token+"\n"), 0o600))
-	require.NoError(t, b.store.SetAssistantLimits(ctx, b.tenant, wire.AssistantLimitSet{TaskSteps: 3, DayCostUSD: 5}, ops))
+	require.NoError(t, b.store.SetAssistantLimits(ctx, b.tenant, wire.AssistantLimitSet{TaskSteps: 3}, ops))
+	require.NoError(t, limit.Set(ctx, b.db.App, ops, b.tenant, limit.ModelSpendPerDay, 5000000, true, fleet.LimitNotifier{}))
 	require.Error(t, b.store.SetAssistantLimits(ctx, b.tenant, wire.AssistantLimitSet{TaskSteps: -1}, ops), "a negative limit is refused")
 
 	h, err := eval.StartStudio()
@@ -215,7 +277,7 @@ func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	_, home, err := h.Get("/")
 	require.NoError(t, err)
-	require.Contains(t, home, "tenant per task 3 steps; per day $5", "the welcome carried the tenant's limits")
+	require.Contains(t, home, "tenant per task 3 steps; per day $5.00 spend (model_spend_day)", "the welcome carried the tenant's limits")
 
 	// A task from the console, stopped by the tenant's limit: an alarm.
 	_, err = b.store.StartAssistantTask(ctx, b.tenant, id, fleet.AssistantTaskInput{Goal: "List the tabs forever", URLs: []string{h.StudioURL + "/brief"}}, ops)
@@ -263,7 +325,7 @@ func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
 	var page bytes.Buffer
 	require.NoError(t, fleet.Page(views.Page{Title: "Fleet"}, fleet.PageModel{Slug: "acme", Fleet: f, CanSteer: true, CanSettings: true, Limits: *lim, Now: time.Now()}).Render(ctx, &page))
 	for _, want := range []string{`data-testid="assistant-start-agent-assistant-limits"`, `data-testid="assistant-limits-tenant"`,
-		`data-testid="assistant-limits-global"`, `name="task_steps" value="3"`, `name="task_steps" value="2"`, `name="day_cost_usd" value="5"`} {
+		`data-testid="assistant-limits-global"`, `name="task_steps" value="3"`, `name="task_steps" value="2"`, `<span class="mono">$5</span>`} {
 		require.Contains(t, page.String(), want)
 	}
 
@@ -278,7 +340,7 @@ func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
 	require.NoError(t, err)
 	tj, err = h.Wait(t3, 60*time.Second, false, store.StatusStopped)
 	require.NoError(t, err)
-	require.Equal(t, "limit reached: steps (4 of 4)", tj.StopReason, "the panel's limits no longer apply")
+	require.Equal(t, "limit reached: steps (4 of 4, the task's limit)", tj.StopReason, "the panel's limits no longer apply")
 
 	// Restarted with the retired token, it does not try to enrol: it says
 	// so from its start (a retirement it just lived through reads

@@ -179,11 +179,7 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 			return nil, err
 		}
 		if cfg.Paused {
-			lim, err := s.AssistantLimits(ctx, a.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			return wire.Configure{CommandID: c.ID, Config: cfg, AssistantLimits: lim}, nil
+			return s.configureFor(ctx, c.ID, a, cfg)
 		}
 		return wire.Resume{CommandID: c.ID}, nil
 	case CmdRestartWorker:
@@ -196,11 +192,7 @@ func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, 
 			return nil, err
 		}
 		if c.Kind == CmdConfigure {
-			lim, err := s.AssistantLimits(ctx, a.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			return wire.Configure{CommandID: c.ID, Config: cfg, AssistantLimits: lim}, nil
+			return s.configureFor(ctx, c.ID, a, cfg)
 		}
 		return wire.RotateCredentials{CommandID: c.ID, Credentials: creds}, nil
 	case CmdAssistantTask:

@@ -90,6 +90,9 @@ type Gateway struct {
 	// and outcome; spend is each enrolled assistant's model spend today.
 	completions *prometheus.CounterVec
 	spend       *prometheus.GaugeVec
+	// browserSeconds counts the seconds agents' browsers were open for
+	// work, by tenant and worker kind (from their state reports).
+	browserSeconds *prometheus.CounterVec
 }
 
 // NewGateway returns a gateway; claims may be nil until the engine is wired.
@@ -126,10 +129,13 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 		spend: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_model_spend_today_usd",
 			Help: "Model spend of each enrolled assistant on its UTC day so far, in USD, from its latest report to this replica."},
 			[]string{"tenant", "agent"}),
+		browserSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_browser_seconds_total",
+			Help: "Seconds agents' browsers (Chromium) were open for work, by tenant and worker kind, from the agents' state reports (v4) as this replica received them."},
+			[]string{"tenant", "kind"}),
 		panelIn: newPanelIn(),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops, g.completions, g.spend, g.panelIn.hist)
+		cfg.Registerer.MustRegister(g.connected, g.messages, g.silentDrops, g.completions, g.spend, g.panelIn.hist, g.browserSeconds)
 	}
 	return g
 }
@@ -363,6 +369,12 @@ func (c *conn) handshake(ctx context.Context) bool {
 	if v >= wire.V4 {
 		// An assistant's limits (only an assistant reads them).
 		if w.AssistantLimits, err = g.store.AssistantLimits(ctx, a.Tenant); err != nil {
+			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
+			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
+			return false
+		}
+		// The account's request budget (the agent enforces it).
+		if w.RequestLimit, err = g.store.RequestLimit(ctx, a.Tenant); err != nil {
 			g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
 			_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
 			return false
@@ -612,8 +624,14 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 		c.pong(ctx, m, at)
 	case wire.State:
 		c.noteState(m)
-		if err := c.g.store.SaveState(ctx, c.agent, m); err != nil && ctx.Err() == nil {
+		prev, err := c.g.store.SaveStateSince(ctx, c.agent, m)
+		if err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save agent state", "agent", c.agent.ID, "err", err)
+		}
+		if err == nil {
+			for kind, d := range BrowserSecondsGrowth(prev, m) {
+				c.g.browserSeconds.WithLabelValues(c.agent.Tenant, kind).Add(d)
+			}
 		}
 		c.mu.Lock()
 		c.kinds = map[string]string{}
@@ -625,12 +643,12 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 		if err := c.g.store.AddEvent(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save agent event", "agent", c.agent.ID, "err", err)
 		}
+		c.requestLimitEvent(ctx, m)
 	case wire.AssistantReport:
 		if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
 		}
 		c.g.spend.WithLabelValues(c.agent.Tenant, c.agent.ID).Set(m.CostTodayUSD)
-		c.g.enforceSpend(ctx, c.agent, m)
 		c.assistantAlarms(ctx, m)
 	case wire.CommandResult:
 		if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {

@@ -430,11 +430,51 @@ func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisec
 
 // SaveState stores the agent's latest state report.
 func (s *Store) SaveState(ctx context.Context, a Agent, st wire.State) error {
+	_, err := s.SaveStateSince(ctx, a, st)
+	return err
+}
+
+// SaveStateSince is SaveState that also returns the state it replaced (zero
+// when none), read under the row's lock: what grew between two reports is
+// counted once, whichever replica receives them.
+func (s *Store) SaveStateSince(ctx context.Context, a Agent, st wire.State) (wire.State, error) {
 	b, _ := json.Marshal(st)
-	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE agents SET state = $2, last_seen = now() WHERE id = $1`, a.ID, b)
-		return err
+	var prev wire.State
+	err := db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		var old []byte
+		err := tx.QueryRow(ctx, `WITH old AS (SELECT id, state FROM agents WHERE id = $1 FOR UPDATE)
+			UPDATE agents a SET state = $2, last_seen = now() FROM old WHERE a.id = old.id RETURNING old.state`, a.ID, b).Scan(&old)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(old) > 0 {
+			_ = json.Unmarshal(old, &prev) // an unreadable old state counts as none
+		}
+		return nil
 	})
+	return prev, err
+}
+
+// BrowserSecondsGrowth is what each worker kind's browser seconds grew by
+// from prev to cur (wire.State.BrowserSeconds, totals since the agent
+// process started): the difference within one process, the whole total of
+// a process that started since (its StartedAt differs).
+func BrowserSecondsGrowth(prev, cur wire.State) map[string]float64 {
+	same := prev.StartedAt != nil && cur.StartedAt != nil && prev.StartedAt.Equal(*cur.StartedAt)
+	out := map[string]float64{}
+	for kind, v := range cur.BrowserSeconds {
+		d := v
+		if same {
+			d = v - prev.BrowserSeconds[kind]
+		}
+		if d > 0 {
+			out[kind] = d
+		}
+	}
+	return out
 }
 
 // SaveAssistantReport keeps an enrolled assistant's latest report.

@@ -1,7 +1,8 @@
 // Package limit holds the installation's caps on the work a fleet does, per
 // tenant and globally: browser concurrency, run time per task, retries,
-// crawl pages per day and an enrolled assistant's model spend per day. The lowest of the task's own, the tenant's and the global limit
-// applies (Limits.Apply). Limits are set in the console (/limits) and the
+// crawl pages per day, requests per platform account per hour and an
+// enrolled assistant's model spend per day. The lowest of the task's own,
+// the tenant's and the global limit applies (Limits.Apply). Limits are set in the console (/limits) and the
 // CLI (fleetwright limit), each change audited; reaching one stops the work
 // with a reason that names the limit and where it was set, logged and
 // raised as a limit.reached alarm (Reached), never a silent drop.
@@ -48,6 +49,11 @@ const (
 	// ModelSpendPerDay caps an enrolled assistant's model spend per UTC day,
 	// in micro-USD.
 	ModelSpendPerDay Name = "model_spend_day"
+	// AccountRequestsPerHour caps the HTTP requests an agent's workers send
+	// to the platform for one account in any rolling hour (watchers'
+	// polling included). The panel sends it to each agent (wire
+	// RequestLimit); the agent counts and holds its workers at the budget.
+	AccountRequestsPerHour Name = "account_requests_hour"
 )
 
 // Unit says how a limit's value is read and written.
@@ -75,7 +81,8 @@ var Defs = []Def{
 	{RunTime, "Run time per task", Duration, "a crawl run stops when it reaches it"},
 	{Retries, "Retries per failed step", Count, "a crawl page is given up after this many retries"},
 	{CrawlPagesPerDay, "Crawl pages per day (UTC)", Count, "crawl runs stop when the tenant's pages today reach it"},
-	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "an enrolled assistant whose spend today reaches it is paused by the panel; a person resumes it"},
+	{ModelSpendPerDay, "Model spend per assistant per day (UTC)", USD, "the panel sends it to its enrolled assistants (pushed when it changes); an assistant whose spend today reaches it stops its task, naming the limit (an assistant.limit alarm)"},
+	{AccountRequestsPerHour, "Requests per platform account per hour", Count, "each agent counts its account's requests to the platform (page loads, polls, sign-ins, bookings) over a rolling hour; at the budget it stops polling and taking work until the window frees (a claim already acting finishes)"},
 }
 
 // DefOf returns the definition of n.
@@ -123,7 +130,11 @@ func (d Def) Parse(s string) (v int64, ok bool, err error) {
 		if err != nil || f < 0 || math.IsInf(f, 0) || f > 1e9 {
 			return 0, false, fmt.Errorf("%s: %q is not an amount in USD (write 2.50)", d.Name, s)
 		}
-		return int64(math.Round(f * 1e6)), true, nil
+		v := int64(math.Round(f * 1e6))
+		if v == 0 {
+			return 0, false, fmt.Errorf("%s: %q would allow no spend at all: write an amount of at least 0.000001, or none to remove the limit", d.Name, s)
+		}
+		return v, true, nil
 	default:
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
@@ -226,19 +237,35 @@ func load(ctx context.Context, tx pgx.Tx, tenant string) (Limits, error) {
 	return l, nil
 }
 
+// Notifier is told that a limit changed, inside a transaction in the scope
+// of a tenant concerned, so the change and the news commit together. The
+// fleet implements it (fleet.LimitNotifier): the enrolled assistants of the
+// tenant get the limits they apply (model_spend_day) at once, and its agents
+// their account's request budget (account_requests_hour).
+type Notifier interface {
+	LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n Name, by audit.Entry) error
+}
+
 // ErrUnknown is returned for a name that is no limit.
 var ErrUnknown = errors.New("limit: unknown limit")
 
 // Set stores (ok) or removes (!ok) one limit of a tenant, or a global one
 // (tenant Global), audited in that tenant's chain (the system chain for a
-// global limit) as limit.set in the same transaction.
-func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string, n Name, value int64, ok bool) error {
+// global limit) as limit.set in the same transaction. The notifiers are
+// told: of a tenant's limit in the same transaction; of a global one, each
+// tenant in its own transaction right after the limit commits (the row is
+// the truth: a notice that fails is reported and changes nothing stored;
+// those not told learn the limit when they next connect).
+func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string, n Name, value int64, ok bool, tell ...Notifier) error {
 	d, known := DefOf(n)
 	if !known {
 		return fmt.Errorf("%w %q (limits: %s)", ErrUnknown, n, Names())
 	}
 	if value < 0 {
 		return fmt.Errorf("limit: %s must be 0 or more", n)
+	}
+	if ok && value == 0 && d.Unit == USD {
+		return fmt.Errorf("limit: %s of 0 would allow no spend at all: set at least one micro-dollar, or remove the limit", n)
 	}
 	err := db.InTenant(ctx, pool, tenant, func(tx pgx.Tx) error {
 		var old *int64
@@ -263,13 +290,50 @@ func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string,
 		if tenant == Global {
 			target = "global"
 		}
-		by.Action, by.Target, by.Detail = "limit.set", target+" "+string(n), detail
-		return audit.Append(ctx, tx, by)
+		e := by
+		e.Action, e.Target, e.Detail = "limit.set", target+" "+string(n), detail
+		if err := audit.Append(ctx, tx, e); err != nil {
+			return err
+		}
+		if tenant == Global {
+			return nil
+		}
+		for _, nt := range tell {
+			if err := nt.LimitChanged(ctx, tx, tenant, n, by); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("limit: set %s: %w", n, err)
 	}
-	return nil
+	if tenant != Global || len(tell) == 0 {
+		return nil
+	}
+	rows, err := pool.Query(ctx, `SELECT id::text FROM tenants ORDER BY slug`)
+	if err != nil {
+		return fmt.Errorf("limit: %s is set, but the tenants' work was not told: %w", n, err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("limit: %s is set, but the tenants' work was not told: %w", n, err)
+	}
+	var first error
+	for _, t := range tenants {
+		err := db.InTenant(ctx, pool, t, func(tx pgx.Tx) error {
+			for _, nt := range tell {
+				if err := nt.LimitChanged(ctx, tx, t, n, by); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil && first == nil {
+			first = fmt.Errorf("limit: %s is set, but the work of a tenant was not told: %w", n, err)
+		}
+	}
+	return first
 }
 
 // AlarmKind is the alarm raised when a limit stops work.
@@ -296,6 +360,12 @@ func Metrics(reg prometheus.Registerer) {
 // (the page that shows the stopped work). The alarm is resolved by a person
 // or by Clear when work under the limit next ends within it.
 func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, what, link string) {
+	ReachedKey(ctx, pool, log, tenant, e, string(e.Name), what, link)
+}
+
+// ReachedKey is Reached with the alarm's key given, for a limit that holds
+// several things apart (one alarm per platform account's request budget).
+func ReachedKey(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant string, e Effective, key, what, link string) {
 	reachedTotal.WithLabelValues(string(e.Name)).Inc()
 	if log != nil {
 		log.Warn("limit reached: work stopped", "tenant", tenant, "limit", string(e.Name), "value", e.Value, "from", e.From, "work", what)
@@ -303,7 +373,7 @@ func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant s
 	if link == "" {
 		link = "/limits"
 	}
-	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: string(e.Name), Tenant: tenant, Severity: alarm.Warning,
+	_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmKind, Key: key, Tenant: tenant, Severity: alarm.Warning,
 		Summary: what + " stopped: " + e.Reason(), Detail: "Raise or remove the limit on the Limits page, or wait for its window to pass.",
 		Link: link})
 	if err != nil && log != nil {
@@ -314,7 +384,12 @@ func Reached(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, tenant s
 // Clear resolves the tenant's limit.reached alarm for n (work under it
 // ended within it).
 func Clear(ctx context.Context, pool *pgxpool.Pool, tenant string, n Name) error {
-	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, string(n), "limit"); err != nil {
+	return ClearKey(ctx, pool, tenant, string(n))
+}
+
+// ClearKey resolves the tenant's limit.reached alarm raised by ReachedKey.
+func ClearKey(ctx context.Context, pool *pgxpool.Pool, tenant, key string) error {
+	if _, err := alarm.Resolve(ctx, pool, tenant, AlarmKind, key, "limit"); err != nil {
 		return fmt.Errorf("limit: clear: %w", err)
 	}
 	return nil

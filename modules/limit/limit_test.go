@@ -2,6 +2,7 @@ package limit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -129,4 +130,61 @@ func TestReachedRaisesOneAlarmAndClearResolves(t *testing.T) {
 	open, err = alarm.ListTenant(ctx, d.App, acme, true, 10)
 	require.NoError(t, err)
 	require.Empty(t, open)
+}
+
+// recorder is a Notifier that notes the scope of each transaction it is
+// told in (app_tenant(), read inside it) and can refuse.
+type recorder struct {
+	told []string
+	fail bool
+}
+
+func (r *recorder) LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n limit.Name, _ audit.Entry) error {
+	var scope string
+	if err := tx.QueryRow(ctx, `SELECT app_tenant()::text`).Scan(&scope); err != nil {
+		return err
+	}
+	r.told = append(r.told, string(n)+" "+tenant+" in "+scope)
+	if r.fail {
+		return errors.New("the news could not be queued")
+	}
+	return nil
+}
+
+// A changed limit is told to the notifiers: a tenant's in its own
+// transaction (a refusal rolls the change back), a global one in each
+// tenant's transaction after it commits (a refusal is reported; the limit
+// stays). A spend of 0 is refused: it would allow nothing.
+func TestSetTellsTheNotifiers(t *testing.T) {
+	d := testenv.DB(t)
+	ctx := context.Background()
+	var acme, other string
+	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
+	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('other', 'Other') RETURNING id::text`).Scan(&other))
+	by := audit.Entry{Actor: "ops@example.com"}
+	r := &recorder{}
+	require.NoError(t, limit.Set(ctx, d.App, by, acme, limit.ModelSpendPerDay, 2500000, true, r))
+	require.Equal(t, []string{"model_spend_day " + acme + " in " + acme}, r.told)
+	r.told = nil
+	require.NoError(t, limit.Set(ctx, d.App, by, limit.Global, limit.ModelSpendPerDay, 5000000, true, r))
+	require.ElementsMatch(t, []string{"model_spend_day " + acme + " in " + acme, "model_spend_day " + other + " in " + other}, r.told)
+
+	r.fail = true
+	err := limit.Set(ctx, d.App, by, acme, limit.ModelSpendPerDay, 1, true, r)
+	require.ErrorContains(t, err, "the news could not be queued")
+	err = limit.Set(ctx, d.App, by, limit.Global, limit.ModelSpendPerDay, 1, true, r)
+	require.ErrorContains(t, err, "model_spend_day is set, but the work of a tenant was not told")
+	l, err := limit.Load(ctx, d.App, acme)
+	require.NoError(t, err)
+	require.Equal(t, int64(2500000), l.Tenant[limit.ModelSpendPerDay], "the refused news rolled the tenant's change back")
+	require.Equal(t, int64(1), l.Global[limit.ModelSpendPerDay], "the global limit is the truth once set")
+
+	require.ErrorContains(t, limit.Set(ctx, d.App, by, acme, limit.ModelSpendPerDay, 0, true), "would allow no spend at all")
+	usd, _ := limit.DefOf(limit.ModelSpendPerDay)
+	_, _, err = usd.Parse("0")
+	require.ErrorContains(t, err, `model_spend_day: "0" would allow no spend at all: write an amount of at least 0.000001, or none to remove the limit`)
+	v, ok, err := usd.Parse("$0.000001")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(1), v)
 }

@@ -20,6 +20,9 @@ type Deps struct {
 	DB    *pgxpool.Pool
 	Shell *auth.Shell
 	Log   *slog.Logger
+	// Notify is told of each change (the fleet's enrolled assistants);
+	// nil: the work learns a limit when it next reads it.
+	Notify Notifier
 }
 
 // Mount declares the limits page (everyone sees the limits of the tenants
@@ -120,11 +123,15 @@ func (d Deps) set(w http.ResponseWriter, r *http.Request) {
 	}
 	v, ok, err := def.Parse(r.PostFormValue("value"))
 	if err != nil {
-		d.render(w, r, http.StatusBadRequest, def.Label+": "+strings.TrimPrefix(err.Error(), string(name)+": "))
+		d.render(w, r, http.StatusUnprocessableEntity, def.Label+": "+strings.TrimPrefix(err.Error(), string(name)+": "))
 		return
 	}
 	by := audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r)}
-	if err := Set(r.Context(), d.DB, by, tenant, name, v, ok); err != nil {
+	var tell []Notifier
+	if d.Notify != nil {
+		tell = append(tell, d.Notify)
+	}
+	if err := Set(r.Context(), d.DB, by, tenant, name, v, ok, tell...); err != nil {
 		if errors.Is(err, ErrUnknown) {
 			d.render(w, r, http.StatusBadRequest, err.Error())
 			return

@@ -582,6 +582,7 @@ func (r *runner) boardRestart(ctx context.Context) (int, string) {
 	}
 	r.brd = nb
 	r.brdMu.Unlock()
+	r.boardServing(nb, cfg)
 	after := nb.Stats()
 	if killErr != nil {
 		r.log.Warn("chaos: board kill", "err", killErr)

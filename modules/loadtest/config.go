@@ -49,6 +49,9 @@ type Config struct {
 	// DispatchMode is the tenants' claim dispatch mode: race or assign
 	// (docs/CLAIMS.md, "Dispatch modes"). Empty: race.
 	DispatchMode string
+	// BoardOutage is how long the board's API fails in the outage phase
+	// after the measured duration (0: no outage phase).
+	BoardOutage time.Duration
 }
 
 // Register declares the command's flags.
@@ -67,6 +70,8 @@ func (c *Config) Register(s *config.Set) {
 		"whether the run's board honours Idempotency-Key on bookings (off: a platform that books a replayed request again)")
 	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "race", []string{"race", "assign"},
 		"the tenants' claim dispatch mode: race (every warm actor asks for each job) or assign (the panel grants each job to one actor)")
+	s.Duration(&c.BoardOutage, "board-outage", "FLEET_LOADTEST_BOARD_OUTAGE", 0,
+		"after the duration, the board's API fails this long (bookings 503, then every request 503, then connections refused) and the run judges that nothing of it was lost (0: no outage)")
 }
 
 // Validate reports the first bad setting.
@@ -92,6 +97,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("loadtest: --board-idempotency must be on or off, got %q", c.BoardIdempotency)
 	case c.DispatchMode != "" && c.DispatchMode != "race" && c.DispatchMode != "assign":
 		return fmt.Errorf("loadtest: --dispatch-mode must be race or assign, got %q", c.DispatchMode)
+	case c.BoardOutage != 0 && (c.BoardOutage < 30*time.Second || c.BoardOutage > time.Hour):
+		return fmt.Errorf("loadtest: --board-outage must be 0 (none) or between 30s and 1h, got %s", c.BoardOutage)
 	}
 	if c.Progress <= 0 {
 		c.Progress = 10 * time.Second

@@ -39,19 +39,22 @@ type sink struct {
 	marks   int
 	alarms  int // "ALARM: cell failing" lines
 	restore int // "cell restored" lines
+	// count is the process's log volume (logvolume.go).
+	count *logCount
 }
 
-func newSink(path, marker string) (*sink, error) {
+func newSink(path, marker string, count *logCount) (*sink, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: open log: %w", err)
 	}
-	return &sink{f: f, marker: []byte(marker)}, nil
+	return &sink{f: f, marker: []byte(marker), count: count}, nil
 }
 
 func (s *sink) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.count.add(b)
 	n, err := s.f.Write(b)
 	buf := append(s.partial, b...)
 	for {

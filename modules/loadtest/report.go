@@ -47,6 +47,7 @@ type Report struct {
 	Tenants          int     `json:"tenants"`
 	Cells            int     `json:"cells"`
 	Chaos            string  `json:"chaos"`
+	DispatchMode     string  `json:"dispatch_mode"`
 	Seed             int     `json:"seed"`
 	Rate             float64 `json:"rate"`
 	DurationSeconds  float64 `json:"duration_seconds"`
@@ -108,12 +109,37 @@ type Report struct {
 	// Panel is the panel's own share of detect→leased, measured inside the
 	// replicas (histograms, so percentiles are interpolated within buckets).
 	Panel map[string]Stage `json:"panel"`
+	// PanelIn is panel_in per claim over the whole run: one replica's
+	// monotonic time from a sighting's arrival on an agent connection to
+	// the first send of its job to an actor (the offer in race mode, the
+	// grant in assign mode), measured inside the replicas
+	// (fleet_claim_panel_in_seconds, interpolated within its buckets).
+	PanelIn Stage `json:"panel_in_ms"`
+	// PanelInTarget is issue 16's target for it (p50 ≤ 3 ms), reported
+	// and never a failure.
+	PanelInTarget Target `json:"panel_in_target"`
 	// RoundTripMS is the agents' measured WebSocket round trip (ping/pong).
 	RoundTripMS Stage `json:"agent_round_trip"`
 
+	// LogVolume is every process's log volume (bytes per minute) and the
+	// ceiling check (a warning).
+	LogVolume LogVolume `json:"log_volume"`
+	// BoardOutage is the --board-outage phase and its judgement.
+	BoardOutage *Outage `json:"board_outage,omitempty"`
+
+	// Warnings are findings that do not fail the run.
+	Warnings []string `json:"warnings,omitempty"`
 	Notes    []string `json:"notes,omitempty"`
 	Failures []string `json:"failures,omitempty"`
 	Failed   bool     `json:"failed"`
+}
+
+// Target is a speed target checked against a run's figure.
+type Target struct {
+	Name     string  `json:"name"`
+	P50MaxMS float64 `json:"p50_max_ms"`
+	P50MS    float64 `json:"p50_ms"`
+	Met      bool    `json:"met"`
 }
 
 // gather reads the claims, the board's ground truth and the panels' own
@@ -121,7 +147,7 @@ type Report struct {
 func (r *runner) gather(ctx context.Context) (*Report, error) {
 	workers, browsers, agents := counts(r.tenants)
 	rep := &Report{Workers: workers, BrowserWorkers: browsers, AgentProcesses: agents, PanelReplicas: len(r.panels),
-		Tenants: len(r.tenants), Cells: 2, Chaos: r.cfg.Chaos, Seed: r.cfg.Seed, Rate: r.cfg.Rate,
+		Tenants: len(r.tenants), Cells: 2, Chaos: r.cfg.Chaos, DispatchMode: r.dispatchMode(), Seed: r.cfg.Seed, Rate: r.cfg.Rate,
 		DurationSeconds: r.cfg.Duration.Seconds(), PublishedSeconds: r.measured.Seconds(),
 		Machine: machine(), ChaosHits: map[string]int{}, States: map[string]int{}, Stages: map[string]Stage{}}
 	r.mu.Lock()
@@ -266,7 +292,25 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 		rows.Close()
 	}
 	rep.RoundTripMS = percentiles(rtts)
-	rep.Panel = r.panelShare(ctx)
+	r.stopScrape()
+	r.scrapeAll(ctx, true)
+	rep.Panel = r.panelShare()
+	rep.PanelIn = r.panelIn()
+	rep.PanelInTarget = Target{Name: "panel_in p50 ≤ 3 ms (issue 16)", P50MaxMS: panelInTargetMS, P50MS: rep.PanelIn.P50,
+		Met: rep.PanelIn.Count > 0 && rep.PanelIn.P50 <= panelInTargetMS}
+	if rep.PanelIn.Count == 0 {
+		rep.Warnings = append(rep.Warnings, "no panel_in figure: no replica measured a sighting's arrival and its first offer or grant")
+	}
+	if r.outage != nil {
+		o, err := r.judgeOutage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rep.BoardOutage = o
+		if len(o.Alarms) > 0 && o.OpenAtReturn == 0 {
+			rep.Warnings = append(rep.Warnings, "board outage: every alarm raised during it was resolved before the board returned")
+		}
+	}
 	return rep, nil
 }
 
@@ -338,6 +382,9 @@ func (rep *Report) finish(chaosOn bool) {
 	}
 	if rep.LoadsPublished == 0 || rep.Confirmed == 0 {
 		f = append(f, "nothing was published or confirmed: the fleet did not work")
+	}
+	if rep.BoardOutage != nil {
+		f = append(f, rep.BoardOutage.Failures...)
 	}
 	if rep.LeftBehind > 0 {
 		f = append(f, fmt.Sprintf("%d process(es) left behind had to be killed", rep.LeftBehind))
@@ -420,6 +467,30 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 	}
 	p("    %-30s %7d %8.1f %8.1f %8.1f", "agent↔panel round trip", rep.RoundTripMS.Count, rep.RoundTripMS.P50, rep.RoundTripMS.P95, rep.RoundTripMS.P99)
+	p("  panel_in per claim (%s mode; one replica, sighting arrival → first %s sent):", rep.DispatchMode, map[bool]string{true: "grant", false: "offer"}[rep.DispatchMode == claim.DispatchAssign])
+	p("    %-30s %7d %8.1f %8.1f %8.1f", "panel_in", rep.PanelIn.Count, rep.PanelIn.P50, rep.PanelIn.P95, rep.PanelIn.P99)
+	met := "NOT met"
+	if rep.PanelInTarget.Met {
+		met = "met"
+	}
+	p("  check: %s: p50 %.2f ms — %s (reported, not a failure)", rep.PanelInTarget.Name, rep.PanelIn.P50, met)
+	p("")
+	lv := rep.LogVolume
+	p("  log volume per process (ceiling %d KiB/min, a warning)      bytes     lines   minutes   KiB/min", lv.CeilingBytesPerMin>>10)
+	for _, x := range lv.Processes {
+		flag := ""
+		if x.BytesPerMin > float64(lv.CeilingBytesPerMin) {
+			flag = "  OVER"
+		}
+		p("    %-52s %10d %9d %9.1f %9.1f%s", x.Process, x.Bytes, x.Lines, x.Minutes, x.BytesPerMin/1024, flag)
+	}
+	p("    top: %s at %.1f KiB/min; all processes %.1f KiB/min", lv.Top, lv.TopBytesPerMin/1024, lv.TotalBytesPerMin/1024)
+	if o := rep.BoardOutage; o != nil {
+		o.writeText(p)
+	}
+	for _, w := range rep.Warnings {
+		p("  warning: %s", w)
+	}
 	for _, n := range rep.Notes {
 		p("  note: %s", n)
 	}

@@ -96,6 +96,16 @@ type runner struct {
 	maxBrowsers int
 	started     time.Time
 	measured    time.Duration
+	// meter counts every process's log output; scrape keeps the replicas'
+	// own histograms across their restarts.
+	meter      *logMeter
+	scrape     *scraper
+	scrapeStop context.CancelFunc
+	scrapeWG   sync.WaitGroup
+	svcMu      sync.Mutex
+	svcLogs    map[string]*slog.Logger
+	// outage is the --board-outage phase's record (nil without one).
+	outage *outageRun
 }
 
 // Run performs a whole load test and returns its report. stdout receives
@@ -107,7 +117,8 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 		return nil, err
 	}
 	r := &runner{cfg: cfg, out: stdout, hits: map[string]int{}, restarts: map[string]int{}, stopped: map[*proc]bool{},
-		byAgentID: map[string]*proc{}, rng: mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0x10ad7e57))}
+		byAgentID: map[string]*proc{}, rng: mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0x10ad7e57)),
+		meter: newLogMeter(), scrape: newScraper(), svcLogs: map[string]*slog.Logger{}}
 	if r.bin = cfg.Binary; r.bin == "" {
 		if r.bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("loadtest: own executable: %w", err)
@@ -147,14 +158,20 @@ func Run(ctx context.Context, cfg Config, stdout, errOut io.Writer) (rep *Report
 	if err != nil {
 		return nil, fmt.Errorf("loadtest: %w", err)
 	}
-	r.log = logging.New(io.MultiWriter(errOut, own), logging.Options{Level: slog.LevelInfo})
+	r.log = logging.New(io.MultiWriter(errOut, r.meter.writer("loadtest", own)), logging.Options{Level: slog.LevelInfo})
 	redis.SetLogger(&logging.Printf{Log: r.log.With("component", "go-redis"), Level: slog.LevelWarn, Every: 10 * time.Second})
 	defer func() {
 		r.teardown()
 		if rep != nil {
+			if r.pg != nil {
+				r.meter.addFiles("postgres", r.pg.LogDir())
+			}
+			rep.LogVolume = r.meter.volume(time.Now())
+			rep.Warnings = append(rep.Warnings, rep.LogVolume.warnings()...)
 			r.scanSecrets(rep)
 			rep.finish(r.cfg.Chaos == "on")
 		}
+		r.meter.closeAll()
 		_ = own.Close()
 		if n := reapUnder(r.scratch()); n > 0 {
 			r.log.Warn("killed processes left under the run's directory", "count", n)
@@ -201,7 +218,11 @@ func (r *runner) setup(ctx context.Context) error {
 	workers, browsers, agents := counts(r.tenants)
 	r.printf("%d workers (%d in Chromium) in %d agent processes, 3 tenants in 2 cells, 2 panel replicas; data under %s", workers, browsers, agents, r.dir)
 
-	if r.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: filepath.Join(r.dir, "postgres"), NoSync: true, Logger: r.log}); err != nil {
+	pgLog, err := r.serviceLog("postgres", slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	if r.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: filepath.Join(r.dir, "postgres"), NoSync: true, Logger: pgLog}); err != nil {
 		return err
 	}
 	r.pg.Supervise(r.supervision("postgres"))
@@ -238,9 +259,8 @@ func (r *runner) setup(ctx context.Context) error {
 	}
 
 	// The board, in this process: its oracle is the ground truth.
-	boardLog, err := os.OpenFile(filepath.Join(r.logs, "board.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("loadtest: %w", err)
+	if r.boardLog, err = r.serviceLog("board", slog.LevelInfo); err != nil {
+		return err
 	}
 	// On a file store, so board_restart can stop it and start it again on
 	// the same data (and address).
@@ -252,10 +272,10 @@ func (r *runner) setup(ctx context.Context) error {
 	ops := audit.Entry{Actor: "loadtest"}
 	r.addSecret(bcfg.AdminToken, "board_admin_token", "")
 	r.addSecret(r.key, "secret_key", "")
-	r.boardLog = logging.New(boardLog, logging.Options{Level: slog.LevelInfo})
 	if r.brd, err = board.Start(ctx, bcfg, r.boardLog); err != nil {
 		return err
 	}
+	r.boardServing(r.brd, bcfg)
 	bcfg.Listen = strings.TrimPrefix(r.brd.URL(), "http://")
 	r.bcfg = bcfg
 
@@ -397,12 +417,36 @@ func (r *runner) setup(ctx context.Context) error {
 // startRedis starts cell i's Redis (a: the default cell, b) and supervises it.
 func (r *runner) startRedis(ctx context.Context, i int) (*embedded.Redis, error) {
 	name := string(rune('a' + i))
-	rd, err := embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(r.dir, "redis-"+name), Logger: r.log})
+	// Debug: the embedded launcher forwards Redis's own lines (loglevel
+	// warning) at debug, and they are what this file is for.
+	lg, err := r.serviceLog("redis-"+name, slog.LevelDebug)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := embedded.StartRedis(ctx, embedded.RedisConfig{Dir: filepath.Join(r.dir, "redis-"+name), Logger: lg})
 	if err != nil {
 		return nil, err
 	}
 	rd.Supervise(r.supervision("redis:" + name))
 	return rd, nil
+}
+
+// serviceLog is the logger of a service this process runs (the board, the
+// embedded Postgres and Redis): its own file logs/NAME.log, counted as its
+// log volume; one per name for the whole run.
+func (r *runner) serviceLog(name string, level slog.Level) (*slog.Logger, error) {
+	r.svcMu.Lock()
+	defer r.svcMu.Unlock()
+	if lg := r.svcLogs[name]; lg != nil {
+		return lg, nil
+	}
+	w, err := r.meter.open(r.logs, name)
+	if err != nil {
+		return nil, err
+	}
+	lg := logging.New(w, logging.Options{Level: level})
+	r.svcLogs[name] = lg
+	return lg, nil
 }
 
 // supervision restarts the run's own services when they die, as a panel
@@ -418,6 +462,13 @@ func (r *runner) supervision(service string) embedded.Supervision {
 		},
 		OnGiveUp: func(s string) { r.note("the run's %s spent its restart budget", s) },
 	}
+}
+
+// boardServing writes the board's start line to its log, as the board
+// role (board.Run) does: an in-process board logs nothing else unless
+// something fails.
+func (r *runner) boardServing(s *board.Server, cfg board.Config) {
+	r.boardLog.Info("board: serving", "url", s.URL(), "data", cfg.Data, "rate", cfg.Rate, "idempotency_keys", cfg.IdempotencyKeys)
 }
 
 // board is the running board (board_restart replaces it).
@@ -437,14 +488,13 @@ func (r *runner) addSecret(v, kind, owner string) {
 
 func (r *runner) startPanel(i int) (*proc, error) {
 	name := fmt.Sprintf("panel-%d", i+1)
-	s, err := newSink(filepath.Join(r.logs, name+".log"), "panel ready")
+	s, err := newSink(filepath.Join(r.logs, name+".log"), "panel ready", r.meter.counter(name))
 	if err != nil {
 		return nil, err
 	}
 	u := unit.Start(unit.Spec{
 		Name: name, Path: r.bin,
-		Args: []string{"--role=panel", "--listen=127.0.0.1:" + strconv.Itoa(r.ports[i]), "--data-dir=" + filepath.Join(r.dir, name),
-			"--db-max-conns=48", "--shutdown-timeout=10s"},
+		Args: r.panelArgs(i, name),
 		Env: childEnv("FLEET_DATABASE_URL="+r.pg.OwnerURL(), "FLEET_DATABASE_APP_URL="+r.pg.AppURL(),
 			"FLEET_REDIS_URL="+r.redis[0].URL(0), "FLEET_SECRET_KEY="+r.key),
 		Output: s, RestartSec: time.Second, StartLimitInterval: time.Minute, StartLimitBurst: 1000,
@@ -453,10 +503,19 @@ func (r *runner) startPanel(i int) (*proc, error) {
 	return &proc{name: name, u: u, out: s, replica: i}, nil
 }
 
+func (r *runner) panelArgs(i int, name string) []string {
+	args := []string{"--role=panel", "--listen=127.0.0.1:" + strconv.Itoa(r.ports[i]), "--data-dir=" + filepath.Join(r.dir, name),
+		"--db-max-conns=48", "--shutdown-timeout=10s"}
+	if r.cfg.BoardOutage > 0 {
+		args = append(args, "--health-interval="+outageHealthInterval.String())
+	}
+	return args
+}
+
 func (r *runner) panelURL(i int) string { return "http://127.0.0.1:" + strconv.Itoa(r.ports[i]) }
 
 func (r *runner) startAgent(p *proc) error {
-	s, err := newSink(filepath.Join(r.logs, p.name+".log"), "")
+	s, err := newSink(filepath.Join(r.logs, p.name+".log"), "", r.meter.counter(p.name))
 	if err != nil {
 		return err
 	}
@@ -509,15 +568,21 @@ func (r *runner) runningWorkers(ctx context.Context) (int, error) {
 func (r *runner) measure(ctx context.Context) error {
 	mctx, stop := context.WithCancel(ctx)
 	defer stop()
+	sctx, sstop := context.WithCancel(context.WithoutCancel(ctx))
+	r.scrapeStop = sstop
+	r.scrapeWG.Add(1)
+	go func() { defer r.scrapeWG.Done(); r.scrapeLoop(sctx) }()
 	r.started = time.Now()
 	if err := r.board().SetRate(r.cfg.Rate); err != nil {
 		return err
 	}
 	cycleDone := make(chan struct{})
-	var wg sync.WaitGroup
+	var wg, chaosWG sync.WaitGroup
+	cctx, cstop := context.WithCancel(mctx)
+	defer cstop()
 	if r.cfg.Chaos == "on" {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.chaos(mctx, cycleDone) }()
+		chaosWG.Add(1)
+		go func() { defer chaosWG.Done(); r.chaos(cctx, cycleDone) }()
 	} else {
 		close(cycleDone)
 	}
@@ -556,9 +621,19 @@ func (r *runner) measure(ctx context.Context) error {
 	case <-time.After(3 * time.Minute):
 		r.note("the first chaos cycle did not complete within 3 minutes after the duration")
 	}
+	if r.cfg.BoardOutage > 0 && ctx.Err() == nil {
+		// The outage runs alone: the schedule ends and every switch and
+		// process is restored first; the board keeps publishing.
+		cstop()
+		chaosWG.Wait()
+		r.bg.Wait()
+		r.restoreAll(ctx)
+		r.boardOutage(ctx)
+	}
 	_ = r.board().SetRate(0)
 	r.measured = time.Since(r.started)
 	stop()
+	chaosWG.Wait()
 	wg.Wait()
 	r.bg.Wait()
 	r.restoreAll(ctx)
@@ -578,6 +653,7 @@ func (r *runner) note(format string, args ...any) {
 func (r *runner) restoreAll(ctx context.Context) {
 	c := r.board().Chaos()
 	c.ErrorRate, c.DropResponseRate, c.LateCommitRate, c.Hold, c.SessionStormEvery, c.CaptchaRate = 0, 0, 0, 0, 0, 0
+	c.BookErrorRate = 0
 	_ = r.board().SetChaos(c)
 	r.mu.Lock()
 	for p := range r.stopped {
@@ -704,10 +780,27 @@ func (r *runner) conclude(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
+// stopScrape ends the replicas' periodic scrape.
+func (r *runner) stopScrape() {
+	if r.scrapeStop != nil {
+		r.scrapeStop()
+		r.scrapeWG.Wait()
+	}
+}
+
+// dispatchMode is the tenants' dispatch mode.
+func (r *runner) dispatchMode() string {
+	if r.cfg.DispatchMode == "" {
+		return claim.DispatchRace
+	}
+	return r.cfg.DispatchMode
+}
+
 // teardown stops everything this run started, agents first.
 func (r *runner) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
+	r.stopScrape()
 	if r.gateStop != nil {
 		r.gateStop()
 		r.gateWG.Wait()

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
+	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/static"
@@ -92,6 +93,12 @@ func NewHTTP(d HTTPDeps) *HTTP {
 	if d.AgentGateway != nil {
 		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))
 	}
+	if d.Vault != nil {
+		// Audit entries made through these handlers hash the client's
+		// address with keys sealed by the same vault (Start does the same
+		// for the agent gateway; registering twice is harmless).
+		audit.UseAddressKeys(audit.NewAddressKeys(d.DB, d.Vault, d.Clock))
+	}
 	shell := auth.NewShell()
 	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log, Vault: d.Vault})
 	r.Group(func(r chi.Router) {
@@ -99,7 +106,8 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
 		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
-		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log, Notify: fleet.LimitNotifier{}})
+		retention.Mount(r, retention.Deps{DB: d.DB, Schedules: d.Schedules, Shell: shell, Log: d.Log, Clock: d.Clock})
 		if d.Schedules != nil {
 			schedule.Mount(r, schedule.Deps{Scheduler: d.Schedules, DB: d.DB, Shell: shell, Log: d.Log})
 		}

@@ -33,7 +33,7 @@ func TestLimitsPage(t *testing.T) {
 	res, _ = do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"global"}, "name": {"run_time"}, "value": {"30m"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	res, body := do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"bravo"}, "name": {"crawl_pages_day"}, "value": {"lots"}})
-	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, body, `Crawl pages per day (UTC): &#34;lots&#34; is not a whole number`)
 	l, err := limit.Load(ctx, c.d.App, a.ID)
 	require.NoError(t, err)

@@ -341,6 +341,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	}
 	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
 	limit.Metrics(p.Reg)
+	crawl.Metrics(p.Reg)
 	p.Schedules = schedule.New(p.DB, schedule.Config{Clock: clock.Real{}, Log: log.With("component", "schedule"),
 		Owner: p.ReplicaID, Registerer: p.Reg})
 	hungAfter, _ := health.ParseHungAfter(cfg.HungAfter)
@@ -451,6 +452,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: %w", err)
 	} else if n > 0 {
 		log.Info("sealed operators' TOTP seeds stored in clear", "count", n)
+	}
+	// Client addresses in audit entries are hashed with monthly keys
+	// sealed with the same key (modules/audit, address.go).
+	addrKeys := audit.NewAddressKeys(p.DB, v, clock.Real{})
+	audit.UseAddressKeys(addrKeys)
+	if err := addrKeys.Ensure(ctx); err != nil {
+		return fmt.Errorf("panel: %w", err)
 	}
 	p.Fleet = fleet.NewStore(p.DB, v)
 	notifier.SetVault(v)

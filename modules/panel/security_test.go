@@ -37,12 +37,15 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// ips returns the addresses recorded with a chain's entries of one action.
+// ips returns the clear addresses recorded beside a chain's entries of one
+// action; an entry with an address in clear in the chained row, or without
+// its keyed hash, shows as "unkeyed".
 func (c *console) ips(t *testing.T, chain, action string) []string {
 	t.Helper()
 	var out []string
 	require.NoError(t, db.InTenant(context.Background(), c.d.App, chain, func(tx pgx.Tx) error {
-		rows, err := tx.Query(context.Background(), `SELECT ip FROM audit_log WHERE action = $1 ORDER BY id`, action)
+		rows, err := tx.Query(context.Background(), `SELECT CASE WHEN l.ip = '' AND l.ip_mac <> '' THEN COALESCE(a.ip, 'no clear row') ELSE 'unkeyed' END
+			FROM audit_log l LEFT JOIN audit_addresses a ON a.entry_id = l.id WHERE l.action = $1 ORDER BY l.id`, action)
 		if err != nil {
 			return err
 		}
@@ -76,6 +79,19 @@ func TestAuditRecordsTheClientsAddressAndTrustsOnlyConfiguredProxies(t *testing.
 		require.Equal(t, []string{wantIP}, c.ips(t, alpha.ID, "fleet.agent.pause"))
 		require.Equal(t, []string{wantIP}, c.ips(t, alpha.ID, "claim.pause"))
 		require.Equal(t, []string{wantIP}, c.ips(t, audit.System, "signin.succeeded"))
+
+		// The audit page shows the clear address while it is kept, then
+		// "expired" with the start of the keyed hash (issue 15, item 7).
+		res, body := do(t, cl, "GET", c.srv.URL+"/audit?tenant=alpha", nil)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Contains(t, body, ">"+wantIP+"<")
+		require.NoError(t, db.InTenant(context.Background(), c.d.App, alpha.ID, func(tx pgx.Tx) error {
+			_, err := tx.Exec(context.Background(), `DELETE FROM audit_addresses`)
+			return err
+		}))
+		_, body = do(t, cl, "GET", c.srv.URL+"/audit?tenant=alpha", nil)
+		require.NotContains(t, body, ">"+wantIP+"<")
+		require.Regexp(t, `>expired \(\d{4}-\d{2} [0-9a-f]{12}…\)<`, body)
 	}
 	t.Run("no trusted proxies: the peer, without its port", func(t *testing.T) { run(t, "", "127.0.0.1") })
 	t.Run("behind a trusted proxy: the client it reports", func(t *testing.T) { run(t, "127.0.0.1,::1", "203.0.113.9") })

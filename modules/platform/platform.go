@@ -125,6 +125,11 @@ type SessionOptions struct {
 	// agent's clock, whose offset to the panel's its pings measure (nil:
 	// the wall clock).
 	Clock clock.Clock
+	// Admit, when set, is called for every request the session sends, right
+	// before it is written (after a booking's Gate): the agent's request
+	// budget counts it, or refuses it with an error (nothing is sent).
+	// An adapter passes it to its Transport.
+	Admit func(*http.Request) error
 }
 
 // Session is one account's signed-in session over plain HTTP.

@@ -33,6 +33,9 @@ type Transport struct {
 	TLS *tls.Config
 	// MaxIdle is the number of warm connections kept per host (default 2).
 	MaxIdle int
+	// Admit, when set, counts each request right before it is written (after
+	// the Gate) or refuses it: an error sends nothing (SessionOptions.Admit).
+	Admit func(*http.Request) error
 
 	mu   sync.Mutex
 	idle map[string][]*tconn
@@ -216,6 +219,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := g(); err != nil {
 			t.put(req, c)
 			return nil, fmt.Errorf("%w: %v", ErrNotSent, err)
+		}
+	}
+	if t.Admit != nil {
+		if err := t.Admit(req); err != nil {
+			t.put(req, c)
+			return nil, fmt.Errorf("%w: %w", ErrNotSent, err)
 		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })

@@ -4,7 +4,8 @@
 // that holds the subject's rows, with secrets (sealed credentials, token
 // and password hashes, TOTP seeds) left out. Erase deletes a tenant's rows
 // from every table but its audit chain, whose sealed entries never change
-// (they are dropped by retention, behind a checkpoint); a person's account
+// (they are dropped by retention, behind a checkpoint; the clear client
+// addresses beside the chain are erased); a person's account
 // is disabled and its email replaced, their sessions and grants deleted.
 package privacy
 
@@ -189,6 +190,14 @@ func EraseTenant(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, tenan
 			}
 			left = again
 		}
+		// The chain stays, but the clear client addresses beside it are
+		// no sealed part of it: they go with the tenant (the entries keep
+		// only their keyed hashes).
+		tag, err := tx.Exec(ctx, `DELETE FROM audit_addresses WHERE tenant_id = $1`, tenant)
+		if err != nil {
+			return fmt.Errorf("privacy: erase client addresses: %w", err)
+		}
+		counts["audit_addresses"] = int(tag.RowsAffected())
 		if _, err := tx.Exec(ctx, `DELETE FROM tenant_grants WHERE tenant_id = $1`, tenant); err != nil {
 			return fmt.Errorf("privacy: erase grants: %w", err)
 		}
@@ -209,7 +218,8 @@ func EraseTenant(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, tenan
 
 // ExportUser writes a person's account (without its password hash and
 // TOTP seed), their grants and sessions, and the audit entries they made in
-// every chain, as JSON Lines; audited on the system chain.
+// every chain with those entries' clear client addresses while kept, as
+// JSON Lines; audited on the system chain.
 func ExportUser(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, email string, w io.Writer) (int, error) {
 	enc := json.NewEncoder(w)
 	n := 0
@@ -250,6 +260,13 @@ func ExportUser(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, email 
 			if err != nil {
 				return err
 			}
+			// The clear client addresses of those entries, while kept.
+			k, err = writeRows(ctx, tx, enc, "audit_addresses",
+				"tenant_id = $1 AND entry_id IN (SELECT id FROM audit_log WHERE tenant_id = $1 AND actor_id = $2)", c, id)
+			n += k
+			if err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, "SELECT set_config('app.tenant_id', $1, true)", audit.System); err != nil {
 			return err
@@ -262,9 +279,11 @@ func ExportUser(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, email 
 
 // EraseUser disables a person's account and replaces its email, password
 // hash and TOTP seed, and deletes their sessions, grants and sign-in
-// throttle rows; audited on the system chain. The audit entries they made
-// keep their email: sealed entries never change (the legal-obligation
-// exception, docs/LAW_REGISTER.md) until retention drops them.
+// throttle rows, and the clear client addresses of the audit entries they
+// made; audited on the system chain. Those entries keep their email and
+// the keyed hash of the address: sealed entries never change (the
+// legal-obligation exception, docs/LAW_REGISTER.md) until retention drops
+// them.
 func EraseUser(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, email string) error {
 	return pgx.BeginFunc(ctx, owner, func(tx pgx.Tx) error {
 		var id string
@@ -310,10 +329,42 @@ func EraseUser(ctx context.Context, owner *pgxpool.Pool, by audit.Entry, email s
 				return fmt.Errorf("privacy: erase grants: %w", err)
 			}
 		}
+		// The clear client addresses of the entries they made, in every
+		// chain; the entries keep their keyed hashes.
+		addresses, err := eraseAddresses(ctx, tx, id)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "SELECT set_config('app.tenant_id', $1, true)", audit.System); err != nil {
 			return err
 		}
-		by.Action, by.Target, by.Detail = "user.erase", id, map[string]any{}
+		by.Action, by.Target, by.Detail = "user.erase", id, map[string]any{"client_addresses": addresses}
 		return audit.Append(ctx, tx, by)
 	})
+}
+
+// eraseAddresses deletes the clear client addresses of the audit entries
+// the user made, each chain in its own scope, and returns how many.
+func eraseAddresses(ctx context.Context, tx pgx.Tx, userID string) (int, error) {
+	rows, err := tx.Query(ctx, `SELECT $1::text UNION SELECT id::text FROM tenants UNION SELECT chain::text FROM audit_chains`, audit.System)
+	if err != nil {
+		return 0, fmt.Errorf("privacy: erase client addresses: %w", err)
+	}
+	chains, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("privacy: erase client addresses: %w", err)
+	}
+	n := 0
+	for _, c := range chains {
+		if _, err := tx.Exec(ctx, "SELECT set_config('app.tenant_id', $1, true)", c); err != nil {
+			return n, err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM audit_addresses WHERE tenant_id = $1
+			AND entry_id IN (SELECT id FROM audit_log WHERE tenant_id = $1 AND actor_id = $2)`, c, userID)
+		if err != nil {
+			return n, fmt.Errorf("privacy: erase client addresses: %w", err)
+		}
+		n += int(tag.RowsAffected())
+	}
+	return n, nil
 }

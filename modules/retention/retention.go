@@ -7,7 +7,11 @@
 // pruned: the newest event of each agent and kind, archived claims whose job
 // is part of a conflict, the newest runs of each crawl job (the sudden-drop
 // rule's median), traces an open alarm links to, open alarms, and audit
-// entries not sealed yet.
+// entries not sealed yet. Client addresses of audit entries are kept in
+// clear beside the chain for their own period; the monthly keys their
+// chained hashes were made with are deleted once the longest address
+// retention of any tenant has passed, after which no hash links to an
+// address any more.
 package retention
 
 import (
@@ -44,6 +48,9 @@ const (
 	CrawlTraces   Kind = "crawl_traces"
 	Alarms        Kind = "alarms"
 	AuditLog      Kind = "audit_log"
+	// ClientAddresses are the clear client addresses of audit entries,
+	// kept beside the chain (the entry keeps only a keyed hash).
+	ClientAddresses Kind = "client_addresses"
 )
 
 // Def describes one kind: its default in days (0: kept forever) and what
@@ -65,6 +72,7 @@ var Defs = []Def{
 	{CrawlTraces, "Crawl traces", 30, "traces an open alarm links to"},
 	{Alarms, "Resolved alarms", 90, "open alarms"},
 	{AuditLog, "Audit log entries", 0, "entries not sealed yet; older ones are dropped only behind an anchored checkpoint"},
+	{ClientAddresses, "Client addresses of audit entries", 90, "the entry's keyed hash of the address, which links to nothing once the month's key is deleted (after the longest address retention of any tenant)"},
 }
 
 // DefOf returns the definition of k.
@@ -208,6 +216,8 @@ type Counts map[Kind]int64
 type Report struct {
 	// Tenants maps a tenant id (Global for the system) to what was pruned.
 	Tenants map[string]Counts
+	// AddressKeys are the months whose client-address keys were deleted.
+	AddressKeys []string
 }
 
 // Total is every row pruned.
@@ -224,7 +234,12 @@ func (r Report) Total() int64 {
 // Run prunes every tenant and the system, each in its own scope, and
 // records each tenant's counts as a retention.prune audit entry in its
 // chain (none when nothing was pruned).
-func (p *Pruner) Run(ctx context.Context) (Report, error) {
+func (p *Pruner) Run(ctx context.Context) (Report, error) { return p.run(ctx, 0) }
+
+// run is Run for the schedule's run runID (0: not scheduled), which each
+// audit entry names (schedule_run), so the console shows what that run
+// deleted.
+func (p *Pruner) run(ctx context.Context, runID int64) (Report, error) {
 	if p.Clock == nil {
 		p.Clock = clock.Real{}
 	}
@@ -244,11 +259,38 @@ func (p *Pruner) Run(ctx context.Context) (Report, error) {
 		return rep, fmt.Errorf("retention: list tenants: %w", err)
 	}
 	var errs []error
+	// The longest client-address retention of any tenant (the system
+	// included); forever (0) anywhere keeps every monthly key.
+	longest, forever, known := 0, false, true
 	for _, t := range append([]string{Global}, tenants...) {
-		c, err := p.tenant(ctx, t)
+		c, addrDays, err := p.tenant(ctx, t, runID)
 		if len(c) > 0 {
 			rep.Tenants[t] = c
 		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		switch {
+		case addrDays < 0:
+			known = false
+		case addrDays == 0:
+			forever = true
+		case addrDays > longest:
+			longest = addrDays
+		}
+	}
+	// This and next month's client-address keys exist before they are
+	// needed (where this process holds the keys: the panel).
+	if err := audit.EnsureAddressKeys(ctx, p.DB); err != nil {
+		errs = append(errs, fmt.Errorf("retention: %w", err))
+	}
+	if known && !forever {
+		// A month's key goes once its last day is older than the
+		// longest retention, and one day more: the entry's month is the
+		// panel's clock, its time the database's.
+		before := audit.MonthOf(p.Clock.Now().Add(-time.Duration(longest+1) * 24 * time.Hour))
+		months, err := p.dropKeys(ctx, before, longest)
+		rep.AddressKeys = months
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -256,11 +298,38 @@ func (p *Pruner) Run(ctx context.Context) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-func (p *Pruner) tenant(ctx context.Context, tenant string) (Counts, error) {
+// dropKeys deletes the monthly address keys before month, logged and
+// audited on the system chain.
+func (p *Pruner) dropKeys(ctx context.Context, before string, longest int) ([]string, error) {
+	months, err := audit.DeleteAddressKeysBefore(ctx, p.DB, before)
+	if err != nil || len(months) == 0 {
+		return months, err
+	}
+	p.Log.Info("retention deleted address keys", "months", months, "longest_days", longest)
+	err = audit.InSystem(ctx, p.DB, func(tx pgx.Tx) error {
+		return audit.Append(ctx, tx, audit.Entry{Actor: "system", Action: "retention.prune", Target: "address keys",
+			Detail: map[string]any{"address_keys": months, "longest_days": longest}})
+	})
+	if err != nil {
+		return months, fmt.Errorf("retention: address keys: %w", err)
+	}
+	return months, nil
+}
+
+// tenant prunes one tenant, and returns its client-address retention in
+// days (-1 when its settings could not be read).
+func (p *Pruner) tenant(ctx context.Context, tenant string, runID int64) (Counts, int, error) {
 	s, err := Load(ctx, p.DB, tenant)
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
+	addrDays, _ := s.Days(ClientAddresses)
+	c, err := p.prunePast(ctx, tenant, s, runID)
+	return c, addrDays, err
+}
+
+func (p *Pruner) prunePast(ctx context.Context, tenant string, s Settings, runID int64) (Counts, error) {
+	var err error
 	now := p.Clock.Now()
 	c := Counts{}
 	for _, def := range Defs {
@@ -268,7 +337,7 @@ func (p *Pruner) tenant(ctx context.Context, tenant string) (Counts, error) {
 		if days == 0 {
 			continue
 		}
-		if tenant == Global && def.Kind != Alarms && def.Kind != AuditLog {
+		if tenant == Global && def.Kind != Alarms && def.Kind != AuditLog && def.Kind != ClientAddresses {
 			continue // the system owns no rows of the other kinds
 		}
 		cutoff := now.Add(-time.Duration(days) * 24 * time.Hour)
@@ -288,6 +357,9 @@ func (p *Pruner) tenant(ctx context.Context, tenant string) (Counts, error) {
 		detail[string(k)] = v
 	}
 	p.Log.Info("retention pruned", "tenant", tenant, "counts", detail)
+	if runID > 0 {
+		detail["schedule_run"] = runID
+	}
 	err = db.InTenant(ctx, p.DB, tenant, func(tx pgx.Tx) error {
 		return audit.Append(ctx, tx, audit.Entry{Actor: "system", Action: "retention.prune", Target: "tenant data", Detail: detail})
 	})
@@ -326,6 +398,9 @@ var statements = map[Kind][]string{
 		LIMIT $2)`},
 	Alarms: {`DELETE FROM alarms WHERE id IN (
 		SELECT id FROM alarms WHERE resolved_at < $1 AND tenant_id = app_tenant() LIMIT $2)`},
+	// The clear address only: the chained entry keeps its keyed hash.
+	ClientAddresses: {`DELETE FROM audit_addresses WHERE entry_id IN (
+		SELECT entry_id FROM audit_addresses WHERE at < $1 AND tenant_id = app_tenant() LIMIT $2)`},
 }
 
 func (p *Pruner) prune(ctx context.Context, tenant string, k Kind, cutoff time.Time) (int64, error) {
@@ -360,8 +435,8 @@ const KindName = "retention.prune"
 // Kind is the schedule kind that runs the pruner.
 func (p *Pruner) Kind() schedule.Kind {
 	return schedule.Kind{Name: KindName, Lease: 10 * time.Minute, Timeout: 2 * time.Hour,
-		Handle: func(ctx context.Context, _ schedule.Run) error {
-			_, err := p.Run(ctx)
+		Handle: func(ctx context.Context, r schedule.Run) error {
+			_, err := p.run(ctx, r.ID)
 			return err
 		}}
 }

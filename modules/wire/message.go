@@ -100,6 +100,9 @@ type Welcome struct {
 	// AssistantLimits are the panel's limits for an enrolled assistant
 	// (v4; absent when neither the tenant nor the installation sets one).
 	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
+	// RequestLimit is the account's request budget per rolling hour (v4;
+	// absent: no limit; see requests.go).
+	RequestLimit *RequestLimit `json:"request_limit,omitempty" since:"4"`
 }
 
 // RejectReason says why the panel refused an agent.
@@ -147,6 +150,9 @@ type Configure struct {
 	Config    Config `json:"config"`
 	// AssistantLimits as in Welcome (v4).
 	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
+	// RequestLimit as in Welcome (v4): a configure always carries the
+	// current one, so its absence lifts a limit.
+	RequestLimit *RequestLimit `json:"request_limit,omitempty" since:"4"`
 }
 
 // Pause tells the agent to start no new actions.
@@ -239,6 +245,11 @@ type State struct {
 	// StartedAt is when the agent process started (v4): the panel counts
 	// process starts to tell an agent in a crash loop.
 	StartedAt *time.Time `json:"started_at,omitempty" since:"4"`
+	// BrowserSeconds are the seconds the agent's browsers were open for
+	// work since StartedAt, per worker kind, open ones counted up to now
+	// (v4): the panel adds the growth between two reports to
+	// fleet_browser_seconds_total.
+	BrowserSeconds map[string]float64 `json:"browser_seconds,omitempty" since:"4"`
 }
 
 // Event levels.

@@ -104,7 +104,7 @@ func (a *Adapter) NewSession(opts platform.SessionOptions) (platform.Session, er
 	if to <= 0 {
 		to = 15 * time.Second
 	}
-	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder}
+	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit}
 	s := &session{a: a, tr: tr, opts: opts, timeout: to,
 		hc: &http.Client{Jar: jar, Transport: tr}}
 	return s, nil

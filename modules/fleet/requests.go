@@ -1,0 +1,108 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/limit"
+	"github.com/fleetwright/fleetwright/modules/wire"
+)
+
+// The account_requests_hour limit is enforced by the agents (each counts
+// its account's requests to the platform, docs/OPERATIONS.md "Requests per
+// account per hour"): the panel sends it in welcome and configure, and a
+// change reaches the connected agents at once through LimitNotifier, from
+// the console or the CLI.
+
+// RequestLimit is the request budget that applies to the tenant's
+// accounts: the lowest of the tenant's and the global limit (nil: none).
+func (s *Store) RequestLimit(ctx context.Context, tenant string) (*wire.RequestLimit, error) {
+	return requestLimit(ctx, s.pool, tenant)
+}
+
+func requestLimit(ctx context.Context, pool *pgxpool.Pool, tenant string) (*wire.RequestLimit, error) {
+	l, err := limit.Load(ctx, pool, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: request limit: %w", err)
+	}
+	e := l.Get(limit.AccountRequestsPerHour)
+	if !e.Set {
+		return nil, nil
+	}
+	return &wire.RequestLimit{PerHour: e.Value, From: e.From}, nil
+}
+
+// configureFor builds a configure command's message for a: its
+// configuration read now, with the limits that apply now.
+func (s *Store) configureFor(ctx context.Context, id string, a Agent, cfg wire.Config) (wire.Configure, error) {
+	lim, err := s.AssistantLimits(ctx, a.Tenant)
+	if err != nil {
+		return wire.Configure{}, err
+	}
+	req, err := s.RequestLimit(ctx, a.Tenant)
+	if err != nil {
+		return wire.Configure{}, err
+	}
+	return wire.Configure{CommandID: id, Config: cfg, AssistantLimits: lim, RequestLimit: req}, nil
+}
+
+// tellAgentsOfLimit queues a configure command for every live agent of the
+// tenant (not the enrolled assistants: they get their own) in tx, woken at
+// commit. The command reads the limit when it is sent; agents not connected
+// learn it at their next welcome.
+func tellAgentsOfLimit(ctx context.Context, tx pgx.Tx, tenant string, by audit.Entry) error {
+	b, _ := json.Marshal(CommandBody{Reason: "request limit changed"})
+	rows, err := tx.Query(ctx, `INSERT INTO agent_commands (tenant_id, agent_id, kind, body, created_by)
+		SELECT tenant_id, id, $2, $3, $4 FROM agents
+		WHERE tenant_id = $1 AND retired_at IS NULL AND last_seen IS NOT NULL AND assistant_report IS NULL
+		RETURNING agent_id::text`, tenant, CmdConfigure, b, by.Actor)
+	if err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids); err != nil {
+		return fmt.Errorf("fleet: tell agents: %w", err)
+	}
+	return nil
+}
+
+// requestLimitEvent turns an agent's request budget events into the
+// tenant's limit.reached alarm (one per agent, keyed by it) and resolves it
+// when the agent resumes.
+func (c *conn) requestLimitEvent(ctx context.Context, e wire.Event) {
+	g, a := c.g, c.agent
+	key := string(limit.AccountRequestsPerHour) + ":" + a.ID
+	switch e.Kind {
+	case wire.EventRequestLimitReached:
+		v, _ := strconv.ParseInt(e.Fields["value"], 10, 64)
+		from := e.Fields["from"]
+		if from == "" {
+			from = "tenant"
+		}
+		eff := limit.Effective{Name: limit.AccountRequestsPerHour, Value: v, From: from, Set: true}
+		var slug string
+		_ = g.store.pool.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, a.Tenant).Scan(&slug)
+		what := "account of agent " + a.Name
+		if at := e.Fields["frees_at"]; at != "" {
+			what += " (until " + at + ")"
+		}
+		limit.ReachedKey(ctx, g.store.pool, g.log, a.Tenant, eff, key, what, "/t/"+slug+"/fleet")
+	case wire.EventRequestLimitResumed:
+		if err := limit.ClearKey(ctx, g.store.pool, a.Tenant, key); err != nil {
+			g.log.Warn("fleet: resolve a request limit alarm", "agent", a.ID, "err", err)
+		}
+		g.log.Info("agent resumed under its request limit", "agent", a.ID, "tenant", a.Tenant)
+	}
+}
