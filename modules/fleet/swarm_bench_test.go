@@ -111,7 +111,9 @@ func protocolClient(ctx context.Context, url, token string, welcomed *atomic.Int
 // clients on loopback connects to a real panel process, and the panel's RSS
 // is read before and after, with the Go heap, stacks and goroutines per
 // connection from its /metrics. It also reports the RSS of three idle agent
-// processes (median, 5 s and 45 s after their welcome). It
+// processes (median, 5 s and 45 s after their welcome, and their
+// proportional set size), and the panel again two minutes after the last
+// welcome, once the collector has run a few times. It
 // runs once whatever b.N is (the figures are memory, not time).
 func BenchmarkIdleAgentConnections(b *testing.B) {
 	n := 2000
