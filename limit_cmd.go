@@ -98,7 +98,10 @@ func runLimit(args []string, stdout, stderr io.Writer) int {
 		if sub == "set" {
 			// The enrolled assistants concerned are told at commit, on
 			// whichever panel replica holds them (fleet.LimitNotifier).
-			if err := limit.Set(ctx, pool, cliActor(), tenant, def.Name, value, set, fleet.LimitNotifier{}); err != nil {
+			if err := limit.Set(ctx, pool, cliActor(), tenant, def.Name, value, set, fleet.LimitNotifier{}); errors.Is(err, limit.ErrNotTold) {
+				// The limit is stored and applies; only the news is late.
+				fmt.Fprintf(stderr, "fleetwright limit set: warning: %s (each connected assistant learns it when it next connects)\n", logging.Scrub(err.Error()))
+			} else if err != nil {
 				return err
 			}
 			scope := "global"

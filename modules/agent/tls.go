@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"time"
@@ -37,6 +39,10 @@ func panelClient(caFile string) (*http.Client, error) {
 
 func loadCAFile(path string) (*x509.CertPool, error) {
 	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: --panel-ca-file %s: no such file: give the PEM file of the CA that signs the panel's certificate (Caddy: /var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt), or leave the flag out to trust this machine's CAs",
+			ErrConfig, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: --panel-ca-file: %v", ErrConfig, err)
 	}

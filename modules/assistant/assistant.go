@@ -220,7 +220,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			every = 2 * time.Second
 		}
 		enr = &enroller{r: r, wsURL: panelWS, token: panelTok, build: cfg.Build, host: host, every: every, model: cfg.ModelKind + " " + cfg.Model,
-			client: panelHTTP, acceptTasks: cfg.AcceptPanelTasks}
+			client: panelHTTP, caFile: cfg.PanelCAFile, acceptTasks: cfg.AcceptPanelTasks}
 		if ok, err := r.mayEnrol(ctx, enr.fingerprint()); err != nil {
 			return err
 		} else if !ok {

@@ -3,6 +3,8 @@ package assistant
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -38,6 +40,8 @@ type enroller struct {
 	model string
 	// client dials the panel (a private CA from --panel-ca-file; no redirects).
 	client *http.Client
+	// caFile is --panel-ca-file ("": the system's CAs), named in errors.
+	caFile string
 	// acceptTasks: the person allows tasks started from the console.
 	acceptTasks bool
 
@@ -175,7 +179,7 @@ func (e *enroller) session(ctx context.Context) (bool, error) {
 	conn, _, err := websocket.Dial(dctx, e.wsURL, &websocket.DialOptions{HTTPClient: e.client,
 		HTTPHeader: http.Header{"User-Agent": {"fleetwright-assistant/" + e.build}}})
 	if err != nil {
-		return false, fmt.Errorf("dial %s: %w", e.wsURL, err)
+		return false, fmt.Errorf("dial %s: %w%s", e.wsURL, err, e.trustHint(err))
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(wire.MaxMessageBytes)
@@ -227,6 +231,20 @@ func (e *enroller) session(ctx context.Context) (bool, error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// trustHint says what to do when the panel's certificate is not trusted:
+// no token left this machine, the TLS handshake failed first.
+func (e *enroller) trustHint(err error) string {
+	var ua x509.UnknownAuthorityError
+	var ve *tls.CertificateVerificationError
+	if !errors.As(err, &ua) && !(errors.As(err, &ve) && errors.As(ve.Err, &ua)) {
+		return ""
+	}
+	if e.caFile == "" {
+		return "; the panel's certificate is signed by a CA this machine does not trust (a private CA such as Caddy's \"tls internal\"?): give that CA's certificate with --panel-ca-file; the token was not sent"
+	}
+	return "; the panel's certificate is not signed by the CA in --panel-ca-file " + e.caFile + ": give the CA that signs the panel's certificate (Caddy: /var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt); the token was not sent"
 }
 
 func (e *enroller) reader(ctx context.Context, s *wsSession) error {

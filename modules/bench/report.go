@@ -137,7 +137,7 @@ func (r *Report) WriteText(w io.Writer) {
 				s.Unfinished, pctCell(s.DetectActSent), s.MaxActSentMS)
 		}
 		if u := m.SaturationCPU; u != nil {
-			fmt.Fprintf(w, "    CPU over the saturated step (%.1f s, %d jobs): bench process (panel + agents) %.2f cores, Postgres %.2f, Redis %.2f, idle %.2f of %d; %.2f database commits per job\n",
+			fmt.Fprintf(w, "    CPU over the saturated step (%.1f s, %d jobs): bench process (panel + agents) %.2f cores, Postgres %.2f, Redis %.2f, idle %.2f of %d; %.2f durable commits (writing transactions) per job\n",
 				u.WindowS, u.Jobs, u.BenchProcess, u.Postgres, u.Redis, u.Idle, r.CPUs, u.CommitsPerJob)
 		}
 		if len(m.SaturationStatements) > 0 {

@@ -246,6 +246,11 @@ type Notifier interface {
 	LimitChanged(ctx context.Context, tx pgx.Tx, tenant string, n Name, by audit.Entry) error
 }
 
+// ErrNotTold is returned when a global limit is set but telling some
+// tenant's work failed: the limit applies; the work learns it when it next
+// reads it (an enrolled assistant, at its next connection).
+var ErrNotTold = errors.New("limit")
+
 // ErrUnknown is returned for a name that is no limit.
 var ErrUnknown = errors.New("limit: unknown limit")
 
@@ -313,11 +318,11 @@ func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string,
 	}
 	rows, err := pool.Query(ctx, `SELECT id::text FROM tenants ORDER BY slug`)
 	if err != nil {
-		return fmt.Errorf("limit: %s is set, but the tenants' work was not told: %w", n, err)
+		return fmt.Errorf("%w: %s is set, but the tenants' work was not told: %w", ErrNotTold, n, err)
 	}
 	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("limit: %s is set, but the tenants' work was not told: %w", n, err)
+		return fmt.Errorf("%w: %s is set, but the tenants' work was not told: %w", ErrNotTold, n, err)
 	}
 	var first error
 	for _, t := range tenants {
@@ -330,7 +335,7 @@ func Set(ctx context.Context, pool *pgxpool.Pool, by audit.Entry, tenant string,
 			return nil
 		})
 		if err != nil && first == nil {
-			first = fmt.Errorf("limit: %s is set, but the work of a tenant was not told: %w", n, err)
+			first = fmt.Errorf("%w: %s is set, but the work of a tenant was not told: %w", ErrNotTold, n, err)
 		}
 	}
 	return first

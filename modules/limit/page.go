@@ -136,6 +136,12 @@ func (d Deps) set(w http.ResponseWriter, r *http.Request) {
 			d.render(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
+		if errors.Is(err, ErrNotTold) {
+			d.Log.Error("set limit: not every tenant was told", "err", err)
+			auth.Flash(w, "bad", def.Label+" of "+slug+" is saved, but not every connected assistant could be told now: each learns it when it next connects.")
+			http.Redirect(w, r, "/limits#"+slug, http.StatusSeeOther)
+			return
+		}
 		d.Log.Error("set limit", "err", err)
 		auth.ServerError(w, r)
 		return

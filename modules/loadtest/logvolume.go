@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,12 +24,31 @@ const logCeilingBytesPerMin = 64 << 10
 // logCount is what one process of the run wrote to its log.
 type logCount struct {
 	bytes, lines atomic.Int64
-	since        time.Time
+	// held counts the repeats the process's logger held back (app/logging
+	// writes the next one with repeated=N).
+	held  atomic.Int64
+	since time.Time
 }
 
 func (c *logCount) add(b []byte) {
 	c.bytes.Add(int64(len(b)))
 	c.lines.Add(int64(bytes.Count(b, []byte{'\n'})))
+}
+
+// repeated matches the repeat counter in text (repeated=3) and JSON
+// ("repeated":3) log lines.
+var repeated = regexp.MustCompile(`\brepeated"?[=:](\d+)`)
+
+// countHeld adds the repeats held back that whole lines in b report.
+func (c *logCount) countHeld(b []byte) {
+	if !bytes.Contains(b, []byte("repeated")) {
+		return
+	}
+	for _, m := range repeated.FindAllSubmatch(b, -1) {
+		if n, err := strconv.ParseInt(string(m[1]), 10, 64); err == nil {
+			c.held.Add(n)
+		}
+	}
 }
 
 // logMeter counts every process's log output by process name: a panel
@@ -65,6 +86,7 @@ type countingWriter struct {
 
 func (cw countingWriter) Write(b []byte) (int, error) {
 	cw.c.add(b)
+	cw.c.countHeld(b) // slog writes one whole record per Write
 	return cw.w.Write(b)
 }
 
@@ -115,6 +137,9 @@ type ProcessLog struct {
 	Lines       int64   `json:"lines"`
 	Minutes     float64 `json:"minutes"`
 	BytesPerMin float64 `json:"bytes_per_min"`
+	// RepeatsHeld counts the exact repeats of warnings and errors its
+	// logger held back (the rate limit of app/logging).
+	RepeatsHeld int64 `json:"repeats_held"`
 }
 
 // LogVolume is every process's log volume and the ceiling check.
@@ -136,7 +161,7 @@ func (m *logMeter) volume(now time.Time) LogVolume {
 	v := LogVolume{CeilingBytesPerMin: logCeilingBytesPerMin}
 	for name, c := range m.procs {
 		mins := max(now.Sub(c.since).Minutes(), 1.0/60)
-		p := ProcessLog{Process: name, Bytes: c.bytes.Load(), Lines: c.lines.Load(), Minutes: round2(mins)}
+		p := ProcessLog{Process: name, Bytes: c.bytes.Load(), Lines: c.lines.Load(), Minutes: round2(mins), RepeatsHeld: c.held.Load()}
 		p.BytesPerMin = round2(float64(p.Bytes) / mins)
 		v.Processes = append(v.Processes, p)
 		v.TotalBytesPerMin += p.BytesPerMin

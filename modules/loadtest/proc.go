@@ -63,6 +63,7 @@ func (s *sink) Write(b []byte) (int, error) {
 			break
 		}
 		line := buf[:i]
+		s.count.countHeld(line)
 		if len(s.marker) > 0 && bytes.Contains(line, s.marker) {
 			s.marks++
 		}

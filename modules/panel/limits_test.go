@@ -47,6 +47,7 @@ func TestLimitsPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="limits-bravo"`)
 	require.Contains(t, body, `action="/admin/limits"`)
+	require.Contains(t, body, `data-testid="alpha-account_requests_hour"`, "the request budget per account is a limit like the others")
 	require.Regexp(t, `data-testid="alpha-run_time">(?s:.*?)data-testid="value">\s*45m0s\s*<(?s:.*?)data-testid="effective">\s*30m0s\s*<span class="small muted">\(global\)`, body)
 
 	res, body = do(t, oper, "GET", c.srv.URL+"/limits", nil)

@@ -94,7 +94,7 @@ func TestRetentionPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode, "htmx swaps the section in")
 	require.True(t, strings.HasPrefix(strings.TrimSpace(body), `<section class="card flush" id="retention-alpha"`), "only the section comes back")
 	require.Equal(t, "One value is not valid; nothing was changed.", testid(t, body, "retention-error"))
-	require.Regexp(t, `name="alarms" value="soon"[^>]*aria-invalid="true"/?>\s*<div class="field-error" data-testid="field-error">Write a number of days`, body)
+	require.Regexp(t, `name="alarms" value="soon"[^>]*aria-invalid="true"/?>\s*<div class="field-error"[^>]*data-testid="field-error">Write a number of days`, body)
 	res, body = do(t, admin, "POST", c.srv.URL+"/admin/retention", form)
 	require.Equal(t, http.StatusBadRequest, res.StatusCode, "without htmx: the whole page, 400")
 	require.Contains(t, body, `data-testid="retention-error"`)

@@ -55,17 +55,17 @@ func retentionPage(p views.Page, m pageModel) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<p class=\"muted\">How long each kind of data is kept (GDPR storage limitation, docs/LAW_REGISTER.md). A tenant's setting wins over the global one, which wins over the default; \"forever\" keeps it. A daily prune deletes what is older, in small batches, and records what it deleted in each tenant's <a href=\"/audit\">audit log</a> (<span class=\"mono\">retention.prune</span>). Some rows are always kept: see each kind.</p><section class=\"card\" data-testid=\"retention-status\"><div class=\"card-head\"><h2>Daily prune</h2><a href=\"/schedules\">Schedules</a></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<p class=\"muted\">How long each kind of data is kept (GDPR storage limitation, docs/LAW_REGISTER.md). A tenant's setting wins over the global one, which wins over the default; \"forever\" keeps it. A daily prune deletes what is older, in small batches, and records what it deleted in each tenant's <a href=\"/audit\">audit log</a> (<span class=\"mono\">retention.prune</span>). Some rows are always kept: see each kind.</p><section class=\"card flush\" data-testid=\"retention-status\"><div class=\"card-head\"><h2>Daily prune</h2><a href=\"/schedules\">Schedules</a></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			if !m.Status.Scheduled {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p data-testid=\"prune-unscheduled\">No daily prune is scheduled: the panel creates the <span class=\"mono\">retention</span> schedule when it starts (--retention-cron). <span class=\"mono\">fleetwright retention run</span> prunes now.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p class=\"pad\" data-testid=\"prune-unscheduled\">No daily prune is scheduled: the panel creates the <span class=\"mono\">retention</span> schedule when it starts (--retention-cron). <span class=\"mono\">fleetwright retention run</span> prunes now.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "<dl class=\"kv\"><dt>When</dt><dd class=\"mono\" data-testid=\"prune-cron\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "<dl class=\"kv pad\"><dt>When</dt><dd class=\"mono\" data-testid=\"prune-cron\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -582,14 +582,14 @@ func scopeSection(s Scope) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 53, "\" aria-invalid=\"true\"><div class=\"field-error\" data-testid=\"field-error\">")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 53, "\" aria-invalid=\"true\"><div class=\"field-error\" style=\"white-space: normal; max-width: 260px\" data-testid=\"field-error\">")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 					var templ_7745c5c3_Var32 string
 					templ_7745c5c3_Var32, templ_7745c5c3_Err = templ.JoinStringErrs(row.Error)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 115, Col: 72}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 115, Col: 118}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var32))
 					if templ_7745c5c3_Err != nil {
@@ -699,14 +699,14 @@ func scopeSection(s Scope) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 63, ")</span></td><td class=\"small muted\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 63, ")</span></td><td class=\"small muted wrap\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var40 string
 			templ_7745c5c3_Var40, templ_7745c5c3_Err = templ.JoinStringErrs(row.Keeps)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 126, Col: 42}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 126, Col: 47}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var40))
 			if templ_7745c5c3_Err != nil {
@@ -722,14 +722,14 @@ func scopeSection(s Scope) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if s.Admin {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 66, "<div class=\"actions pad\"><button type=\"submit\">Save ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 66, "<div class=\"actions pad\"><button type=\"submit\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var41 string
-			templ_7745c5c3_Var41, templ_7745c5c3_Err = templ.JoinStringErrs(s.Name)
+			templ_7745c5c3_Var41, templ_7745c5c3_Err = templ.JoinStringErrs(saveLabel(s))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 132, Col: 64}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 132, Col: 65}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var41))
 			if templ_7745c5c3_Err != nil {
@@ -742,7 +742,7 @@ func scopeSection(s Scope) templ.Component {
 			var templ_7745c5c3_Var42 string
 			templ_7745c5c3_Var42, templ_7745c5c3_Err = templ.JoinStringErrs(fallback(s.Global))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 132, Col: 168}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/retention/page.templ`, Line: 132, Col: 169}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var42))
 			if templ_7745c5c3_Err != nil {
@@ -766,6 +766,13 @@ func placeholder(global bool) string {
 		return "default"
 	}
 	return "global"
+}
+
+func saveLabel(s Scope) string {
+	if s.Global {
+		return "Save global settings"
+	}
+	return "Save " + s.Name
 }
 
 var _ = templruntime.GeneratedTemplate
