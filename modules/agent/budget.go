@@ -20,10 +20,10 @@ import (
 // platform's origin for the account — a browser page's navigation and each
 // of its sub-requests (scripts, styles, the jobs view's own polls), each
 // sign-in step, an HTTP actor's session checks and bookings, and the
-// look-ups that read the account's bookings. A redirect followed is a
-// second request. Requests to anything else (a crawler's targets, the
-// panel) do not count; neither does the sandbox adapter's unauthenticated
-// idempotency status read (GET /api/platform, at most one per 30 s).
+// look-ups that read the account's bookings, and an adapter's own requests
+// (platform.Metered: the sandbox's idempotency status read). A redirect
+// followed is a second request. Requests to anything else (a crawler's
+// targets, the panel) do not count.
 //
 // Counting is per second over a rolling hour on the budget's clock. When
 // the count reaches the budget the agent holds: browser pages' requests to

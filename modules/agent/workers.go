@@ -78,7 +78,15 @@ func (env WorkerEnv) adapter() (platform.Adapter, error) {
 	if env.Account.BoardURL == "" {
 		return nil, fmt.Errorf("agent: worker %s: the account has no board URL", env.Spec.Name)
 	}
-	return f(env.Account.BoardURL)
+	ad, err := f(env.Account.BoardURL)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := ad.(platform.Metered); ok && env.Budget != nil {
+		// The adapter's own requests (outside a session) count too.
+		m.SetAdmit(env.Budget.admit)
+	}
+	return ad, nil
 }
 
 // traits are the account's traits; an account without a region gets UTC.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,10 @@ type GatewayConfig struct {
 	InstallationID string
 	// PingEvery is how often the clock offset is re-measured (default 15 s).
 	PingEvery time.Duration
+	// OffsetRefresh is how often, at most, a clock-offset estimate that
+	// moved less than OffsetChange is written to the agents row (default
+	// DefaultOffsetRefresh); a larger move is written at once (offset.go).
+	OffsetRefresh time.Duration
 	// PollEvery re-reads pending commands even without a wake-up, so a lost
 	// notification delays a command by at most this much (default 10 s).
 	PollEvery time.Duration
@@ -97,6 +102,9 @@ func NewGateway(store *Store, claims Claims, cfg GatewayConfig, log *slog.Logger
 	}
 	if cfg.PollEvery <= 0 {
 		cfg.PollEvery = 10 * time.Second
+	}
+	if cfg.OffsetRefresh <= 0 {
+		cfg.OffsetRefresh = DefaultOffsetRefresh
 	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 10 * time.Second
@@ -157,7 +165,8 @@ func remoteAddr(r *http.Request) string { return server.ClientIP(r) }
 // connection is then little more than its two goroutines and two 512-byte
 // buffers (docs/BENCHMARKS.md, "Agent connections").
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(leanWriter{w}, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	lw := &leanWriter{ResponseWriter: w}
+	ws, err := websocket.Accept(lw, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		return
 	}
@@ -167,8 +176,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	secure, how := transport(r, g.cfg.TrustedProxies)
 	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how,
-		est: wire.NewEstimator(0), pings: map[string]time.Time{}, lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
-		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight)}
+		est: wire.NewEstimator(0), lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
+		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), idle: newIdleWait(lw.conn, lw.br)}
 	// The request's context ends when this handler returns; the
 	// connection's when the connection does.
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -179,12 +188,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.run()
 }
 
+// pingOut is a ping sent and not answered yet.
+type pingOut struct {
+	id string
+	at time.Time
+}
+
 type conn struct {
 	g *Gateway
 	// id names this connection (uuid): the claims leased or acted on
 	// through it carry it, so its end settles only them.
-	id      string
-	ws      *websocket.Conn
+	id string
+	ws *websocket.Conn
+	// idle is the reader's shallow wait between frames (idle.go), nil
+	// where it cannot be used.
+	idle    *idleWait
 	remote  string
 	agent   Agent
 	version int
@@ -195,6 +213,10 @@ type conn struct {
 	// Unix nanoseconds): the sweeper drops a connection silent for two
 	// ping intervals.
 	heard atomic.Int64
+	// handling is true while the reader waits for a frame's handling (a
+	// slow database): the panel is not listening then, so the agent's
+	// silence is not counted.
+	handling atomic.Bool
 	// delivering says a delivery of pending commands runs; again asks it
 	// to read them once more when it ends (a wake-up arrived meanwhile).
 	delivering, again atomic.Bool
@@ -213,15 +235,20 @@ type conn struct {
 	// sent only when both agree.
 	helloKey, pinnedKey string
 
-	mu      sync.Mutex
-	est     *wire.Estimator
-	offset  wire.Estimate
-	pings   map[string]time.Time
-	lookups map[string]chan wire.LookupResult
-	pages   map[string]chan wire.PageResult // crawl page tasks awaiting their result
-	sent    map[string]bool                 // commands written on this connection
-	kinds   map[string]string               // worker name → kind, from the agent's state reports
-	sem     chan struct{}
+	mu     sync.Mutex
+	est    *wire.Estimator
+	offset wire.Estimate
+	// stored is the estimate this connection last wrote to the agents row
+	// (storedOK once it wrote one), at storedAt (offset.go).
+	stored   wire.Estimate
+	storedAt time.Time
+	storedOK bool
+	pings    []pingOut // sent, not answered yet: one or two at a time
+	lookups  map[string]chan wire.LookupResult
+	pages    map[string]chan wire.PageResult // crawl page tasks awaiting their result
+	sent     map[string]bool                 // commands written on this connection
+	kinds    map[string]string               // worker name → kind, from the agent's state reports
+	sem      chan struct{}
 	// The agent's last state report (its actors for assign mode) and the
 	// grants sent on this connection without an outcome yet (assign.go).
 	workers     []wire.WorkerState
@@ -389,17 +416,25 @@ func (c *conn) run() {
 	c.kick()
 	c.spawn(func() { c.ping(ctx) })
 	c.reader(ctx)
+	// Whatever ended the reader (the agent's error report, a failed read,
+	// a close), the socket is released now, not by a finalizer.
+	_ = c.ws.CloseNow()
 	c.stop()
 	c.mu.Lock()
 	c.ending = true
 	c.mu.Unlock()
 	c.bg.Wait()
-	g.unregister(c)
-	// The connection's context is gone; record the departure regardless.
+	current := g.unregister(c)
+	// The connection's context is gone; record the departure regardless,
+	// with the clock offset measured since the last write — unless a newer
+	// connection of the agent on this replica replaced this one: the row
+	// is that connection's now.
 	bctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel2()
-	if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID); err != nil {
-		g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
+	if current {
+		if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID, c.unsavedOffset()); err != nil {
+			g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
+		}
 	}
 	if cl := g.claimEngine(); cl != nil {
 		if err := cl.AgentLost(bctx, a.Tenant, a.ID, c.id); err != nil {
@@ -426,21 +461,24 @@ func (g *Gateway) register(c *conn) {
 	g.mu.Unlock()
 	if old != nil {
 		// The same agent connected again before its old connection died.
-		_ = old.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+		old.closeAndWait(websocket.StatusPolicyViolation, "replaced by a newer connection", 10*time.Second)
 	} else {
 		g.connected.Inc()
 	}
 }
 
-func (g *Gateway) unregister(c *conn) {
+// unregister forgets c; it reports false when c was no longer the agent's
+// connection on this replica (a newer one replaced it).
+func (g *Gateway) unregister(c *conn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conns[c.agent.ID] != c {
-		return
+		return false
 	}
 	delete(g.conns, c.agent.ID)
 	delete(g.byTenant[c.agent.Tenant], c.agent.ID)
 	g.connected.Dec()
+	return true
 }
 
 // Wake asks the connection of agentID on this replica, if any, to deliver
@@ -516,15 +554,11 @@ func (c *conn) ping(ctx context.Context) {
 	id := wire.NewID()
 	now := c.g.cfg.Clock.Now()
 	c.mu.Lock()
-	c.pings[id] = now
-	if len(c.pings) > 16 {
+	if len(c.pings) >= 16 {
 		// Unanswered pings are not kept forever.
-		for k, t := range c.pings {
-			if now.Sub(t) > time.Minute {
-				delete(c.pings, k)
-			}
-		}
+		c.pings = slices.DeleteFunc(c.pings, func(p pingOut) bool { return now.Sub(p.at) > time.Minute })
 	}
+	c.pings = append(c.pings, pingOut{id: id, at: now})
 	c.mu.Unlock()
 	_ = c.send(ctx, wire.Ping{CommandID: id, SentAt: now})
 }
@@ -536,23 +570,51 @@ func (c *conn) Offset() wire.Estimate {
 	return c.offset
 }
 
-// reader reads the agent's frames. Each is decoded and handled on a
+// reader reads the agent's frames. Each is read, decoded and handled on a
 // short-lived goroutine while this one waits (order and back-pressure are
 // unchanged), so the connection's only long-lived goroutine keeps a shallow
-// stack: decoding and database work grow a stack to 8–16 KiB, which an idle
-// panel's collector seldom shrinks back.
+// stack: reading, decoding and database work grow a stack to 8–16 KiB,
+// which an idle panel's collector seldom shrinks back. Between frames it
+// waits on the socket itself where it can (idle.go).
 func (c *conn) reader(ctx context.Context) {
 	for {
+		if c.idle != nil {
+			if cr := c.idle.wait(); cr != nil {
+				c.offload(func() { _ = c.ws.Close(cr.code, cr.reason) })
+				return
+			}
+			more := false
+			c.handled(func() {
+				typ, data, err := c.ws.Read(ctx)
+				if err == nil {
+					more = c.handle(ctx, typ, data)
+				}
+			})
+			if !more {
+				return
+			}
+			continue
+		}
 		typ, data, err := c.ws.Read(ctx)
 		if err != nil {
 			return
 		}
 		more := false
-		c.offload(func() { more = c.handle(ctx, typ, data) })
+		c.handled(func() { more = c.handle(ctx, typ, data) })
 		if !more {
 			return
 		}
 	}
+}
+
+// handled runs f (a frame's handling) as offload does, with the silence
+// clock stopped: frames that arrive meanwhile wait unread, and the
+// agent's silence counts again from when the reader listens again.
+func (c *conn) handled(f func()) {
+	c.handling.Store(true)
+	c.offload(f)
+	c.heard.Store(c.g.cfg.Clock.Now().UnixNano())
+	c.handling.Store(false)
 }
 
 // handle decodes and handles one frame; false ends the connection.
@@ -626,23 +688,32 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 
 func (c *conn) pong(ctx context.Context, p wire.Pong, at time.Time) {
 	c.mu.Lock()
-	_, ok := c.pings[p.CommandID]
-	delete(c.pings, p.CommandID)
+	i := slices.IndexFunc(c.pings, func(x pingOut) bool { return x.id == p.CommandID })
+	if i >= 0 {
+		c.pings = slices.Delete(c.pings, i, i+1)
+	}
 	c.mu.Unlock()
-	if !ok {
+	if i < 0 {
 		return
 	}
 	c.mu.Lock()
 	err := c.est.Add(wire.SampleFromPong(p, at))
 	est, _ := c.est.Estimate()
 	c.offset = est
+	write := err == nil && offsetDue(c.stored, c.storedAt, c.storedOK, est, at, c.g.cfg.OffsetRefresh)
 	c.mu.Unlock()
-	if err != nil {
+	if !write {
 		return
 	}
-	if err := c.g.store.SaveOffset(ctx, c.agent, est); err != nil && ctx.Err() == nil {
-		c.g.log.Warn("save clock offset", "agent", c.agent.ID, "err", err)
+	if err := c.g.store.SaveOffset(ctx, c.agent, est); err != nil {
+		if ctx.Err() == nil {
+			c.g.log.Warn("save clock offset", "agent", c.agent.ID, "err", err)
+		}
+		return
 	}
+	c.mu.Lock()
+	c.stored, c.storedAt, c.storedOK = est, at, true
+	c.mu.Unlock()
 }
 
 // claim hands a claim message to the engine without blocking the reader;
@@ -773,8 +844,19 @@ func (g *Gateway) Lookup(ctx context.Context, tenant string, as claim.Client, l 
 // agents reconnect, to this replica when it returns or to another).
 func (g *Gateway) CloseAll() {
 	cs := g.local()
+	// Every close handshake at once, then the wait for them all (at most
+	// 10 s in all): one slow agent does not hold up the others.
 	for _, c := range cs {
-		_ = c.ws.Close(websocket.StatusGoingAway, "panel shutting down")
+		c.requestClose(websocket.StatusGoingAway, "panel shutting down")
+	}
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for _, c := range cs {
+		select {
+		case <-c.ctx.Done():
+		case <-deadline.C:
+			return
+		}
 	}
 }
 

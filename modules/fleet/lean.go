@@ -20,10 +20,14 @@ const connBufferBytes = 512
 // runs, which the gateway no longer does; see Gateway.ServeHTTP).
 type leanWriter struct {
 	http.ResponseWriter
+	// conn and br are the hijacked connection and the reader handed on
+	// (for the idle reader's shallow wait: idle.go).
+	conn net.Conn
+	br   *bufio.Reader
 }
 
 // Hijack implements http.Hijacker.
-func (w leanWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *leanWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -44,6 +48,7 @@ func (w leanWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, errors.New("fleet: hijack: buffered handshake bytes lost")
 		}
 	}
+	w.conn, w.br = conn, r
 	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(conn, connBufferBytes)), nil
 }
 

@@ -408,14 +408,25 @@ func (s *Store) Connected(ctx context.Context, a Agent, replica, remote, host, b
 }
 
 // Disconnected records that the agent left this replica (unless it already
-// reconnected elsewhere).
-func (s *Store) Disconnected(ctx context.Context, a Agent, replica string) error {
+// reconnected elsewhere), with its last clock-offset estimate when the row
+// does not hold it yet (est nil: the row's stays).
+func (s *Store) Disconnected(ctx context.Context, a Agent, replica string, est *wire.Estimate) error {
+	var offset, bound, rtt *float64
+	if est != nil {
+		o, b, r := millis(est.Offset), millis(est.ErrorBound), millis(est.RoundTrip)
+		offset, bound, rtt = &o, &b, &r
+	}
 	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false, last_seen = now()
-			WHERE id = $1 AND replica_id = $2`, a.ID, replica)
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false, last_seen = now(),
+			clock_offset_ms = COALESCE($3, clock_offset_ms), clock_error_ms = COALESCE($4, clock_error_ms),
+			rtt_ms = COALESCE($5, rtt_ms)
+			WHERE id = $1 AND replica_id = $2`, a.ID, replica, offset, bound, rtt)
 		return err
 	})
 }
+
+// millis is a duration in (fractional) milliseconds, as the agents row keeps it.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // SaveState stores the agent's latest state report.
 func (s *Store) SaveState(ctx context.Context, a Agent, st wire.State) error {
@@ -432,7 +443,7 @@ func (s *Store) SaveStateSince(ctx context.Context, a Agent, st wire.State) (wir
 	err := db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
 		var old []byte
 		err := tx.QueryRow(ctx, `WITH old AS (SELECT id, state FROM agents WHERE id = $1 FOR UPDATE)
-			UPDATE agents a SET state = $2, last_seen = now() FROM old WHERE a.id = old.id RETURNING old.state`, a.ID, b).Scan(&old)
+			UPDATE agents a SET state = $2, state_at = now(), last_seen = now() FROM old WHERE a.id = old.id RETURNING old.state`, a.ID, b).Scan(&old)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -475,12 +486,12 @@ func (s *Store) SaveAssistantReport(ctx context.Context, a Agent, r wire.Assista
 	})
 }
 
-// SaveOffset stores the agent's measured clock offset and its error bound.
+// SaveOffset stores the agent's measured clock offset and its error bound
+// (the gateway writes it only when it changed: offset.go).
 func (s *Store) SaveOffset(ctx context.Context, a Agent, e wire.Estimate) error {
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE agents SET clock_offset_ms = $2, clock_error_ms = $3, rtt_ms = $4, last_seen = now()
-			WHERE id = $1`, a.ID, ms(e.Offset), ms(e.ErrorBound), ms(e.RoundTrip))
+			WHERE id = $1`, a.ID, millis(e.Offset), millis(e.ErrorBound), millis(e.RoundTrip))
 		return err
 	})
 }

@@ -111,7 +111,9 @@ func protocolClient(ctx context.Context, url, token string, welcomed *atomic.Int
 // clients on loopback connects to a real panel process, and the panel's RSS
 // is read before and after, with the Go heap, stacks and goroutines per
 // connection from its /metrics. It also reports the RSS of three idle agent
-// processes (median, 5 s and 45 s after their welcome). It
+// processes (median, 5 s and 45 s after their welcome, and their
+// proportional set size), and the panel again two minutes after the last
+// welcome, once the collector has run a few times. It
 // runs once whatever b.N is (the figures are memory, not time).
 func BenchmarkIdleAgentConnections(b *testing.B) {
 	n := 2000
@@ -190,6 +192,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 		}
 	}
 	require.EqualValues(b, n, welcomed.Load())
+	lastWelcome := time.Now()
 	// The reconnect storm's transient (handshakes, the first pings' offset
 	// writes) settles over two ping intervals; the figure is the idle
 	// swarm's, read then (and, for comparison, 5 s after the last welcome).
@@ -239,9 +242,41 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	b.ReportMetric(median("VmRSS"), "agent-idle-MiB")
 	b.ReportMetric(median("RssAnon"), "agent-anon-MiB")
 	b.ReportMetric(median("RssFile"), "agent-file-MiB")
+	// The proportional share: the executable's pages are shared by every
+	// process of the binary on the host (the panel, the other agents) and
+	// counted once in the page cache; RSS counts them in full in each.
+	var pss []int
+	for _, ag := range agents {
+		pss = append(pss, rollupKiB(b, ag.Cmd.Process.Pid, "Pss"))
+	}
+	slices.Sort(pss)
+	b.ReportMetric(float64(pss[1])/1024, "agent-pss-MiB")
 	for _, ag := range agents {
 		_ = ag.Cmd.Process.Signal(syscall.SIGTERM)
 	}
+	// The swarm again two minutes after its last welcome: the collector
+	// has run a few times since (the periodic one included) and shrunk
+	// the stacks of readers started during the storm, when new goroutines
+	// started with the handshakes' larger stacks.
+	time.Sleep(time.Until(lastWelcome.Add(2 * time.Minute)))
+	b.ReportMetric(float64(rssKiB(b, panel.Cmd.Process.Pid)-before)/float64(n), "KiB/conn-120s")
+	mLate := goMetrics(b, base)
+	b.ReportMetric((mLate["go_memstats_stack_inuse_bytes"]-mBefore["go_memstats_stack_inuse_bytes"])/float64(n)/1024, "stack-KiB/conn-120s")
 	cancel()
 	wg.Wait()
+}
+
+// rollupKiB reads one kB figure of /proc/PID/smaps_rollup (Pss).
+func rollupKiB(tb testing.TB, pid int, field string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	require.NoError(tb, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			require.NoError(tb, err)
+			return n
+		}
+	}
+	tb.Fatalf("no %s in smaps_rollup", field)
+	return 0
 }

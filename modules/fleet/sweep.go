@@ -64,8 +64,11 @@ func (c *conn) due(now time.Time) {
 	// it mean the path is dead even if no FIN or RST ever arrives (a
 	// partition, a frozen host): drop the connection, so its claims are
 	// handled as a lost connection's and the agent's reconnect is not
-	// mistaken for a second connection of a live one.
-	if silent := now.Sub(time.Unix(0, c.heard.Load())); silent >= 2*g.cfg.PingEvery {
+	// mistaken for a second connection of a live one. While the reader
+	// waits for a frame's handling (a slow database) the panel is not
+	// listening: that is not the agent's silence (handling is read first:
+	// the reader moves heard on before it clears handling).
+	if !c.handling.Load() && now.Sub(time.Unix(0, c.heard.Load())) >= 2*g.cfg.PingEvery {
 		c.mu.Lock()
 		ending := c.ending
 		c.ending = true // dropped once

@@ -239,6 +239,14 @@ type KeyPolicy interface {
 	HonoursIdempotencyKeys(ctx context.Context) (bool, error)
 }
 
+// Metered is implemented by an adapter that sends requests of its own,
+// outside any session (the sandbox's idempotency status read): SetAdmit
+// gives it the account's request budget hook (SessionOptions.Admit), called
+// right before each such request; an error sends nothing.
+type Metered interface {
+	SetAdmit(admit func(*http.Request) error)
+}
+
 // ErrKeysMismatch: the tenant's setting and the platform disagree on
 // whether idempotency keys are honoured. Claiming stops until an admin
 // fixes the setting (or the platform's configuration).

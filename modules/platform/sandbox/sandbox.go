@@ -33,6 +33,18 @@ type Adapter struct {
 	kmu    sync.Mutex
 	keys   bool
 	keysAt time.Time
+	// admit is the account's request budget (SetAdmit; nil: none).
+	admit func(*http.Request) error
+}
+
+var _ platform.Metered = (*Adapter)(nil)
+
+// SetAdmit implements platform.Metered: the status read is a request to
+// the board like any other, and counts against the account's budget.
+func (a *Adapter) SetAdmit(admit func(*http.Request) error) {
+	a.kmu.Lock()
+	a.admit = admit
+	a.kmu.Unlock()
 }
 
 // keysFor is how long the board's idempotency status is trusted: a board
@@ -57,6 +69,11 @@ func (a *Adapter) HonoursIdempotencyKeys(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("sandbox: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if a.admit != nil {
+		if err := a.admit(req); err != nil {
+			return false, fmt.Errorf("%w: GET /api/platform: %w", platform.ErrUnavailable, err)
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("%w: GET /api/platform: %v", platform.ErrUnavailable, err)

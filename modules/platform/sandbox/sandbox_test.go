@@ -189,8 +189,33 @@ func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
 		require.Contains(t, err.Error(), "sandbox")
 		require.Contains(t, err.Error(), "Claim settings", "the error says where to fix it")
 	}
+	// The status read is a request to the board like any other: an
+	// account's request budget counts it, and refuses it when spent.
+	s := boardtest.Start(t)
+	ad, err := sandbox.New(s.URL())
+	require.NoError(t, err)
+	var admitted []string
+	refuse := false
+	ad.(platform.Metered).SetAdmit(func(r *http.Request) error {
+		if refuse {
+			return errors.New("budget spent")
+		}
+		admitted = append(admitted, r.Method+" "+r.URL.Path)
+		return nil
+	})
+	refuse = true
+	_, err = ad.(platform.KeyPolicy).HonoursIdempotencyKeys(ctx)
+	require.ErrorIs(t, err, platform.ErrUnavailable)
+	require.ErrorContains(t, err, "budget spent")
+	refuse = false
+	_, err = ad.(platform.KeyPolicy).HonoursIdempotencyKeys(ctx)
+	require.NoError(t, err)
+	_, err = ad.(platform.KeyPolicy).HonoursIdempotencyKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"GET /api/platform"}, admitted, "counted once: the answer is cached")
+
 	// A board that cannot be reached is not a match either.
-	ad, err := sandbox.New("http://127.0.0.1:1")
+	ad, err = sandbox.New("http://127.0.0.1:1")
 	require.NoError(t, err)
 	err = platform.CheckKeys(ctx, ad, false)
 	require.Error(t, err)
