@@ -3,11 +3,13 @@ package agent_test
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
@@ -37,6 +40,7 @@ type e2e struct {
 	tenant string
 	agents map[string]*testenv.Proc // agent id → its process
 	panel  string                   // the panel's URL
+	redis  string                   // the panel's Redis (its default cell)
 }
 
 // startFleet starts the board, one agent per worker kind, the panel and the
@@ -61,7 +65,8 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 	require.NoError(t, err)
 	t.Cleanup(func() { brd.Close() })
 
-	e := &e2e{ctx: ctx, d: d, board: brd, store: fleet.NewStore(d.App, v), agents: map[string]*testenv.Proc{}}
+	e := &e2e{ctx: ctx, d: d, board: brd, store: fleet.NewStore(d.App, v), agents: map[string]*testenv.Proc{},
+		redis: testenv.RedisURL(t)}
 	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&e.tenant))
 	tokens := map[string]string{}
 	for i, kind := range kinds {
@@ -89,7 +94,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 	require.NoError(t, err)
 	bin := testenv.Binary(t)
 	panel := testenv.Start(t, bin, []string{"--role=panel", "--listen=127.0.0.1:0", "--data-dir=" + dir},
-		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(t),
+		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+e.redis,
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
 	e.panel = base
@@ -115,7 +120,48 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 		}
 		return running == len(kinds)
 	}, 2*time.Minute, 250*time.Millisecond, "every worker running")
+	actors := 0
+	for _, k := range kinds {
+		if slices.Contains(claim.ActorKinds, k) {
+			actors++
+		}
+	}
+	e.waitWarm(t, actors)
 	return e
+}
+
+// waitWarm waits until the panel has published n actors of the tenant as
+// warm in its cell (fw:warm:<tenant>). The tenant dispatches in assign mode,
+// the default: a job is granted to a warm actor, and one queued before the
+// list is published is offered instead (docs/CLAIMS.md, "Warm actors"), so
+// the tests start once assignment is what they exercise.
+func (e *e2e) waitWarm(t *testing.T, n int) {
+	t.Helper()
+	mode, err := e.eng.Store().DispatchMode(e.ctx, e.tenant)
+	require.NoError(t, err)
+	require.Equal(t, claim.DispatchAssign, mode, "a new tenant dispatches in assign mode")
+	opts, err := redis.ParseURL(e.redis)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	require.Eventually(t, func() bool {
+		replicas, err := rdb.SMembers(e.ctx, "fw:warm:"+e.tenant).Result()
+		if err != nil {
+			return false
+		}
+		warm := 0
+		for _, r := range replicas {
+			body, err := rdb.Get(e.ctx, "fw:warm:"+e.tenant+":"+r).Bytes()
+			if err != nil {
+				continue
+			}
+			var list []claim.WarmActor
+			if json.Unmarshal(body, &list) == nil {
+				warm += len(list)
+			}
+		}
+		return warm >= n
+	}, time.Minute, 100*time.Millisecond, "the panel publishes the %d actors as warm", n)
 }
 
 // TestFleetClaimsTwoHundredLoadsExactlyOnce is issue 7's end-to-end test: the
@@ -252,7 +298,8 @@ func TestKilledMidActionIsReconciledToMatchTheBoard(t *testing.T) {
 		path, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	}))
-	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN", "CONFIRMED"}, path, "settled by the reconciler, not by the dead agent")
+	// Granted (assign mode, the default): ACTING from the grant's commit.
+	require.Equal(t, []string{"ACTING", "UNKNOWN", "CONFIRMED"}, path, "settled by the reconciler, not by the dead agent")
 	require.Contains(t, c.Detail, "reconciled")
 	require.Len(t, e.board.Bookings("acme"), 1, "one booking on the board")
 	require.Zero(t, e.board.Stats().DuplicateConfirmations)

@@ -29,6 +29,23 @@ func (p *claimPanel) grant(t *testing.T, l *board.Load, worker string, within ti
 		SeenAt: now, QueuedAt: now, Cell: "default"}
 }
 
+// dispatchModes are the panel's two ways of handing a job to an actor, for
+// tests of guarantees that hold in both (assign, the default of a new
+// tenant, first).
+var dispatchModes = []string{claim.DispatchAssign, claim.DispatchRace}
+
+// dispatch hands the load to the worker the mode's way: a grant (assign:
+// the claim is ACTING already; the actor passes its gate and books) or an
+// offer (race: the actor leases, acts and books).
+func (p *claimPanel) dispatch(t *testing.T, mode string, l *board.Load, worker string) {
+	t.Helper()
+	if mode == claim.DispatchAssign {
+		require.NoError(t, p.send(p.grant(t, l, worker, 5*time.Second)))
+		return
+	}
+	p.offer(t, l)
+}
+
 // TestHTTPActorActsOnGrants: in assign mode the panel grants a job to one
 // actor (the claim is already ACTING); the actor journals, passes its gate —
 // the local send-by and the panel's read-only fenced check — books with the

@@ -37,8 +37,14 @@ func failSettling(t *testing.T, p *claimPanel) (lift func()) {
 // outcome (its database refuses the statement) and answers "transient"; the
 // agent keeps the report and sends the same one again with backoff, and
 // once the database records it the claim has the report's own timestamps,
-// and the report leaves the outbox.
+// and the report leaves the outbox. In both dispatch modes.
 func TestTransientOutcomeFailureIsKeptAndRetried(t *testing.T) {
+	for _, mode := range dispatchModes {
+		t.Run(mode, func(t *testing.T) { transientOutcome(t, mode) })
+	}
+}
+
+func transientOutcome(t *testing.T, mode string) {
 	ctx := context.Background()
 	s, creds := boardAccount(t)
 	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "h1", Kind: KindHTTPActor})
@@ -50,7 +56,7 @@ func TestTransientOutcomeFailureIsKeptAndRetried(t *testing.T) {
 
 	loads, err := s.Publish(ctx, 1, nil)
 	require.NoError(t, err)
-	p.offer(t, loads[0])
+	p.dispatch(t, mode, loads[0], "h1")
 	first := p.outcome(t, 20*time.Second)
 	require.Equal(t, wire.ResultConfirmed, first.Result, first.Detail)
 	require.NotNil(t, first.SentAt)

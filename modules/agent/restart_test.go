@@ -17,7 +17,15 @@ import (
 // flight (journaled before acting). On its next start it reports that
 // action to the panel as UNKNOWN, marked FromJournal, and keeps the report
 // in its outbox until the panel acknowledges it — across another restart.
+// In both dispatch modes (the action began from a grant, or from a lease
+// and the fenced act).
 func TestRestartReportsJournaledActionUnknown(t *testing.T) {
+	for _, mode := range dispatchModes {
+		t.Run(mode, func(t *testing.T) { restartReportsUnknown(t, mode) })
+	}
+}
+
+func restartReportsUnknown(t *testing.T, mode string) {
 	ctx := context.Background()
 	s, creds := boardAccount(t)
 	p := newClaimPanel(t, s.URL(), creds)
@@ -26,12 +34,23 @@ func TestRestartReportsJournaledActionUnknown(t *testing.T) {
 	require.NoError(t, err)
 	key := loads[0].ID
 
-	// What the killed agent had done: leased, started acting, journaled.
-	p.record(ctx, key)
-	l, err := p.claims.Lease(ctx, claim.LeaseRequest{Tenant: p.tenant, Key: key, Holder: p.holder("h1"), For: 10 * time.Second})
-	require.NoError(t, err)
-	_, err = p.claims.StartActing(ctx, p.tenant, key, l.Token, p.holder("h1"), 15*time.Second)
-	require.NoError(t, err)
+	// What the killed agent had done: leased and started acting (or was
+	// granted the job, ACTING at once), journaled.
+	var l struct {
+		Token       int64
+		OperationID string
+	}
+	if mode == claim.DispatchAssign {
+		g := p.grant(t, loads[0], "h1", 10*time.Second)
+		l.Token, l.OperationID = g.Token, g.OperationID
+	} else {
+		p.record(ctx, key)
+		lease, err := p.claims.Lease(ctx, claim.LeaseRequest{Tenant: p.tenant, Key: key, Holder: p.holder("h1"), For: 10 * time.Second})
+		require.NoError(t, err)
+		_, err = p.claims.StartActing(ctx, p.tenant, key, lease.Token, p.holder("h1"), 15*time.Second)
+		require.NoError(t, err)
+		l.Token, l.OperationID = lease.Token, lease.OperationID
+	}
 	stateDir := filepath.Join(t.TempDir(), "state")
 	st, err := store.Open(ctx, stateDir)
 	require.NoError(t, err)

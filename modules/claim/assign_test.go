@@ -23,9 +23,13 @@ import (
 // on a real Postgres and a real Redis).
 type replicaActors struct {
 	tenant string
-	mu     sync.Mutex
-	actors []claim.WarmActor
-	got    []wire.LeaseGrant
+	// tenants, when set, all have these actors (tenant is then unused).
+	tenants []string
+	mu      sync.Mutex
+	actors  []claim.WarmActor
+	got     []wire.LeaseGrant
+	// gotFor is the tenant of each grant in got.
+	gotFor []string
 	// gone: connections no longer here (the grant is not delivered).
 	gone map[string]bool
 }
@@ -33,17 +37,37 @@ type replicaActors struct {
 func (r *replicaActors) WarmActors() map[string][]claim.WarmActor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.tenants) > 0 {
+		out := map[string][]claim.WarmActor{}
+		for _, t := range r.tenants {
+			out[t] = append([]claim.WarmActor(nil), r.actors...)
+		}
+		return out
+	}
 	return map[string][]claim.WarmActor{r.tenant: append([]claim.WarmActor(nil), r.actors...)}
 }
 
-func (r *replicaActors) Grant(_ context.Context, _ string, a claim.WarmActor, g wire.LeaseGrant) error {
+func (r *replicaActors) Grant(_ context.Context, tenant string, a claim.WarmActor, g wire.LeaseGrant) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gone[a.Conn] {
 		return claim.ErrNotDelivered
 	}
 	r.got = append(r.got, g)
+	r.gotFor = append(r.gotFor, tenant)
 	return nil
+}
+
+// grantOf is the grant of the tenant's job, if one was delivered.
+func (r *replicaActors) grantOf(tenant, key string) (wire.LeaseGrant, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, g := range r.got {
+		if g.Job.Key == key && r.gotFor[i] == tenant {
+			return g, true
+		}
+	}
+	return wire.LeaseGrant{}, false
 }
 
 func (r *replicaActors) grants() []wire.LeaseGrant {

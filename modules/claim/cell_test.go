@@ -63,8 +63,16 @@ func startRedis(t *testing.T, dir string) *embedded.Redis {
 
 // TestCellsFailAlone: two tenants on two cells, each a real Redis server.
 // Stopping one cell's Redis stops only its tenant's claims; the other keeps
-// claiming; when the Redis comes back the cell resumes by itself.
+// claiming; when the Redis comes back the cell resumes by itself. In both
+// dispatch modes (assign: the job is granted to a warm actor; race: offered
+// and leased).
 func TestCellsFailAlone(t *testing.T) {
+	for _, mode := range bothModes {
+		t.Run(mode, func(t *testing.T) { cellsFailAlone(t, mode) })
+	}
+}
+
+func cellsFailAlone(t *testing.T, mode string) {
 	b := setup(t)
 	ctx := context.Background()
 	base := testenv.Dir(t)
@@ -78,14 +86,14 @@ func TestCellsFailAlone(t *testing.T) {
 	require.NoError(t, cell.RouteTenant(ctx, b.db.App, b.tenant, "cell-a"))
 	require.NoError(t, cell.RouteTenant(ctx, b.db.App, tenantB, "cell-b"))
 
-	got := &offers{got: map[string][]wire.Offer{}}
-	b.engine.SetOfferer(got)
+	got := b.dispatchIn(t, b.engine, mode, b.tenant, tenantB)
 	reg := prometheus.NewRegistry()
 	m := cell.New(b.db.App, b.engine.CellConfig(cell.Config{DefaultRedisURL: testenv.RedisURL(t), Consumer: "replica-1",
 		Reload: 200 * time.Millisecond, ReclaimIdle: time.Second, Log: testenv.Logger(t), Registerer: reg}))
 	b.engine.SetCells(m)
 	require.NoError(t, m.Start(ctx))
 	t.Cleanup(m.Stop)
+	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // assign: the warm actors are published
 
 	agent := uuid()
 	seq := 0
@@ -99,23 +107,24 @@ func TestCellsFailAlone(t *testing.T) {
 			Origin: "Dallas, TX", Destination: "Atlanta, GA", Miles: 780, RateCents: 200000}}}}
 		return key, b.engine.Detected(ctx, tenant, agent, det, claim.Offset{})
 	}
-	claimed := func(tenant, key string) bool {
-		h := claim.Holder{Agent: agent, Worker: "actor-1"}
-		return b.engine.Lease(ctx, tenant, h, wire.LeaseRequest{RequestID: "r", Worker: h.Worker, Key: key}).Granted
-	}
 
 	// Both cells claim.
 	for _, tn := range []string{b.tenant, tenantB} {
 		key, err := sight(tn)
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return got.has(tn, key) }, 5*time.Second, 10*time.Millisecond)
-		require.True(t, claimed(tn, key))
+		require.Eventually(t, func() bool { return got.reached(tn, key) }, 5*time.Second, 10*time.Millisecond)
+		require.True(t, got.claimed(t, tn, key))
 		// A second sighting of the same job (another watcher) is dropped.
 		det := wire.Detected{Worker: "watcher-2", Sightings: []wire.Sighting{{SeenAt: time.Now(), Job: wire.Job{Key: key}}}}
 		require.NoError(t, b.engine.Detected(ctx, tn, agent, det, claim.Offset{}))
 	}
 	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, 1, got.count(b.tenant, "LD-0001"), "duplicate sightings are not offered again")
+	if mode == claim.DispatchAssign {
+		require.Len(t, got.ra.grants(), 2, "duplicate sightings are not granted again")
+		require.False(t, got.offered(b.tenant, "LD-0001"), "a granted job is not offered")
+	} else {
+		require.Equal(t, 1, got.offers.count(b.tenant, "LD-0001"), "duplicate sightings are not offered again")
+	}
 
 	// Cell A's Redis goes away.
 	ra.Stop()
@@ -125,8 +134,8 @@ func TestCellsFailAlone(t *testing.T) {
 	require.False(t, m.Failing("cell-b"))
 	keyB, err := sight(tenantB)
 	require.NoError(t, err, "tenant B keeps claiming")
-	require.Eventually(t, func() bool { return got.has(tenantB, keyB) }, 5*time.Second, 10*time.Millisecond)
-	require.True(t, claimed(tenantB, keyB))
+	require.Eventually(t, func() bool { return got.reached(tenantB, keyB) }, 5*time.Second, 10*time.Millisecond)
+	require.True(t, got.claimed(t, tenantB, keyB))
 	status := m.Status()
 	require.Len(t, status, 3)
 	require.True(t, status[0].Failing, "the console sees cell-a failing")
@@ -136,6 +145,9 @@ func TestCellsFailAlone(t *testing.T) {
 	// itself, with no call from the test.
 	ra = startRedis(t, dirA)
 	require.Eventually(t, func() bool { return !m.Failing("cell-a") }, 15*time.Second, 50*time.Millisecond, "cell A restored")
+	// Assign: a Redis that came back empty lost the warm lists; they are
+	// published again within a period (until then a job would be offered).
+	time.Sleep(claim.WarmEvery + 500*time.Millisecond)
 	var keyA string
 	require.Eventually(t, func() bool {
 		k, err := sight(b.tenant)
@@ -145,25 +157,32 @@ func TestCellsFailAlone(t *testing.T) {
 		keyA = k
 		return true
 	}, 5*time.Second, 50*time.Millisecond)
-	require.Eventually(t, func() bool { return got.has(b.tenant, keyA) }, 5*time.Second, 10*time.Millisecond)
-	require.True(t, claimed(b.tenant, keyA), "tenant A claims again")
+	require.Eventually(t, func() bool { return got.reached(b.tenant, keyA) }, 5*time.Second, 10*time.Millisecond)
+	require.True(t, got.claimed(t, b.tenant, keyA), "tenant A claims again")
 }
 
-// TestFiltersDecideOfferAndLease: a job the tenant's filters refuse is not
-// offered, and a lease of it is refused by Postgres even if an actor asks.
+// TestFiltersDecideOfferAndLease: a job the tenant's filters refuse is
+// neither offered nor granted, and a lease of it is refused by Postgres even
+// if an actor asks. In both dispatch modes.
 func TestFiltersDecideOfferAndLease(t *testing.T) {
+	for _, mode := range bothModes {
+		t.Run(mode, func(t *testing.T) { filtersDecide(t, mode) })
+	}
+}
+
+func filtersDecide(t *testing.T, mode string) {
 	b := setup(t)
 	ctx := context.Background()
 	tenant := b.newTenantBare(t, "picky")
 	_, err := b.engine.PutFilter(ctx, testActor, tenant, claim.Filter{Name: "reefers from TX", Enabled: true,
 		Origins: []string{"TX"}, Equipment: []string{"Reefer"}, MinRatePerMileCents: 250})
 	require.NoError(t, err)
-	got := &offers{got: map[string][]wire.Offer{}}
-	b.engine.SetOfferer(got)
+	got := b.dispatchIn(t, b.engine, mode, tenant)
 	m := cell.New(b.db.App, b.engine.CellConfig(cell.Config{DefaultRedisURL: testenv.RedisURL(t), Log: testenv.Logger(t)}))
 	b.engine.SetCells(m)
 	require.NoError(t, m.Start(ctx))
 	t.Cleanup(m.Stop)
+	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // assign: the warm actors are published
 	agent := uuid()
 	det := func(key, equipment string) {
 		require.NoError(t, b.engine.Detected(ctx, tenant, agent, wire.Detected{Worker: "w", Sightings: []wire.Sighting{{
@@ -172,9 +191,10 @@ func TestFiltersDecideOfferAndLease(t *testing.T) {
 	}
 	det("WANTED", "Reefer")
 	det("UNWANTED", "Flatbed")
-	require.Eventually(t, func() bool { return got.has(tenant, "WANTED") }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return got.reached(tenant, "WANTED") }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
-	require.False(t, got.has(tenant, "UNWANTED"))
+	require.False(t, got.reached(tenant, "UNWANTED"))
+	require.False(t, got.offered(tenant, "UNWANTED"))
 	h := claim.Holder{Agent: agent, Worker: "a"}
 	lr := b.engine.Lease(ctx, tenant, h, wire.LeaseRequest{RequestID: "1", Worker: "a", Key: "UNWANTED"})
 	require.Equal(t, wire.ReasonUnknownJob, lr.Reason, "never recorded: nothing to lease")
@@ -183,8 +203,10 @@ func TestFiltersDecideOfferAndLease(t *testing.T) {
 	b.job(t, tenant, "RECORDED-FLATBED", func(j *wire.Job) { j.Equipment = "Flatbed" })
 	lr = b.engine.Lease(ctx, tenant, h, wire.LeaseRequest{RequestID: "2", Worker: "a", Key: "RECORDED-FLATBED"})
 	require.Equal(t, wire.ReasonFiltered, lr.Reason)
-	lr = b.engine.Lease(ctx, tenant, h, wire.LeaseRequest{RequestID: "3", Worker: "a", Key: "WANTED"})
-	require.True(t, lr.Granted, lr.Reason)
+	_, err = b.store.Grant(ctx, claim.GrantRequest{Job: claim.QueuedJob{Tenant: tenant, Cell: "default",
+		Job: wire.Job{Key: "RECORDED-FLATBED"}}, Holder: h, SendWithin: 5 * time.Second, HardTimeout: 15 * time.Second})
+	require.Equal(t, claim.ReasonFiltered, reason(t, err), "nor granted")
+	require.True(t, got.claimed(t, tenant, "WANTED"))
 }
 
 // TestCapAndReview: the daily cap refuses further leases and actions;

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // Dispatch modes, a per-tenant setting (docs/CLAIMS.md, "Dispatch modes").
@@ -70,6 +71,20 @@ func (s *Store) SetDispatchMode(ctx context.Context, by audit.Entry, tenant, mod
 		return fmt.Errorf("claim: dispatch mode: %w", err)
 	}
 	return nil
+}
+
+// OldProtocolAgents counts the tenant's connected agents that speak a
+// protocol without lease_grant (before v4). In assign mode they cannot be
+// granted a job: they are offered jobs only while no v4 actor of the tenant
+// is warm (docs/CLAIMS.md, "Warm actors"); the settings page says so.
+func (s *Store) OldProtocolAgents(ctx context.Context, tenant string) (int, error) {
+	var n int
+	err := db.TenantRow(ctx, s.pool, tenant, `SELECT count(*) FROM agents
+		WHERE connected AND retired_at IS NULL AND protocol < $1`, wire.V4).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("claim: agents before protocol v4: %w", err)
+	}
+	return n, nil
 }
 
 type cachedMode struct {

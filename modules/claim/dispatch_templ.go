@@ -9,6 +9,8 @@ package claim
 import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
+import "fmt"
+
 // dispatchSettings: the tenant's dispatch mode. Everyone who sees the
 // settings page sees it; only an admin (settings.manage) changes it.
 func dispatchSettings(m settingsModel) templ.Component {
@@ -35,7 +37,7 @@ func dispatchSettings(m settingsModel) templ.Component {
 		var templ_7745c5c3_Var2 string
 		templ_7745c5c3_Var2, templ_7745c5c3_Err = templ.JoinStringErrs(m.Tenant.DispatchMode)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 10, Col: 78}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 12, Col: 78}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var2))
 		if templ_7745c5c3_Err != nil {
@@ -53,7 +55,7 @@ func dispatchSettings(m settingsModel) templ.Component {
 			var templ_7745c5c3_Var3 string
 			templ_7745c5c3_Var3, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + m.Slug + "/claims/dispatch")).ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 13, Col: 82}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 15, Col: 82}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var3)
 			if templ_7745c5c3_Err != nil {
@@ -72,7 +74,7 @@ func dispatchSettings(m settingsModel) templ.Component {
 					var templ_7745c5c3_Var4 string
 					templ_7745c5c3_Var4, templ_7745c5c3_Err = templruntime.NewAttributeExpression(mode).Resolve(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 16, Col: 52}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 18, Col: 52}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var4)
 					if templ_7745c5c3_Err != nil {
@@ -85,7 +87,7 @@ func dispatchSettings(m settingsModel) templ.Component {
 					var templ_7745c5c3_Var5 string
 					templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression("dispatch-" + mode).Resolve(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 16, Col: 87}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 18, Col: 87}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var5)
 					if templ_7745c5c3_Err != nil {
@@ -98,7 +100,7 @@ func dispatchSettings(m settingsModel) templ.Component {
 					var templ_7745c5c3_Var6 string
 					templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(mode)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 16, Col: 106}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 18, Col: 106}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var6))
 					if templ_7745c5c3_Err != nil {
@@ -119,7 +121,26 @@ func dispatchSettings(m settingsModel) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "<p class=\"muted small\">Race: each queued job is offered to every warm actor and the first lease request the database grants wins. Assign: the panel chooses one warm actor (least busy, then lowest round trip, across accounts; never a paused one or one that needs a person) and grants it the job in the same commit that records the job; agents older than protocol 4 keep racing. The database decides in both modes. Changed by an admin only; audited.</p></section>")
+		if m.Tenant.DispatchMode == DispatchAssign && m.OldAgents > 0 {
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "<p class=\"flash warn\" data-testid=\"dispatch-old-agents\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var7 string
+			templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(m.OldAgents))
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/dispatch.templ`, Line: 25, Col: 84}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, " connected agent(s) speak a protocol older than 4 and cannot be granted jobs: they are offered jobs only while no actor on protocol 4 is warm. Upgrade them to share the work, or switch this tenant to race.</p>")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "<p class=\"muted small\">Assign (the default for new tenants): the panel chooses one warm actor (least busy, then lowest round trip, across accounts; never a paused one or one that needs a person) and grants it the job in the same commit that records the job. Race: each queued job is offered to every warm actor and the first lease request the database grants wins. Agents older than protocol 4 cannot be granted: in assign mode they are offered jobs only while no protocol-4 actor is warm. The database decides in both modes. Changed by an admin only; audited.</p></section>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -626,7 +626,9 @@ func (e *Engine) DeleteFilter(ctx context.Context, by audit.Entry, tenant string
 }
 
 // Decide approves or rejects a job waiting for review (audited); an approved
-// job is offered again at once so the tenant's actors race for it.
+// job is dispatched again at once: in assign mode granted to a warm actor
+// (offered when none is warm), in race mode offered so the tenant's actors
+// race for it.
 func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string, approve bool) error {
 	if err := e.store.Decide(ctx, by, tenant, key, approve); err != nil {
 		return err
@@ -635,6 +637,12 @@ func (e *Engine) Decide(ctx context.Context, by audit.Entry, tenant, key string,
 		return nil
 	}
 	q, err := e.store.JobRecord(ctx, tenant, key)
+	if err == nil && e.dispatchMode(ctx, tenant) == DispatchAssign {
+		done, aerr := e.assign(ctx, q, time.Now(), PanelStepRegrant, nil)
+		if aerr == nil && done {
+			return nil
+		}
+	}
 	if err == nil {
 		err = e.publish(ctx, q.Cell, tenant, q.Job, q.SeenAt, q.QueuedAt, true)
 	}

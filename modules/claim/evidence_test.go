@@ -344,7 +344,7 @@ func TestRegressionLateCommitAfterGraceKeysOff(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c.LateEvidence, "confirmed from the late evidence")
 	require.Greater(t, c.Token, token)
-	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN", "RELEASED", "CONFIRMED"}, r.transitions(t, key), "no second lease")
+	require.Equal(t, r.then(t, "UNKNOWN", "RELEASED", "CONFIRMED"), r.transitions(t, key), "no second lease")
 	require.Len(t, r.board.Bookings("acme"), 1, "one booking")
 	as, err := r.store.Attempts(ctx, r.tenant, key)
 	require.NoError(t, err)
@@ -413,7 +413,7 @@ func TestMarkedActingThatGoesUnknownIsConfirmedNotReleased(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c.LateEvidence)
 	require.EqualValues(t, t1, *c.EvidenceToken)
-	require.NotContains(t, r.transitions(t, key)[4:], "RELEASED", "never released after the evidence")
+	require.NotContains(t, r.transitions(t, key)[len(r.then(t, "UNKNOWN", "RELEASED")):], "RELEASED", "never released after the evidence")
 }
 
 // The regression of issue 11, keys on: the board honours idempotency keys

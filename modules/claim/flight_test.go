@@ -19,6 +19,7 @@ import (
 func TestEngineRaceOneStatementPerJob(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
+	b.useRace(t, b.tenant, "72 lease requests for one job compete: the race path")
 	b.job(t, b.tenant, "RACE-1")
 	var wg sync.WaitGroup
 	var granted atomic.Int64

@@ -24,6 +24,7 @@ func TestPanelShareIsMeasured(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b := setup(t, func(c *claim.Config) { c.Registerer = reg })
 	ctx := context.Background()
+	b.useRace(t, b.tenant, "the lease, act and offer steps are the race path's (assign's grant steps: TestTwoReplicasNeverGrantAJobTwice)")
 	b.job(t, b.tenant, "P1")
 	h := claim.Holder{Agent: uuid(), Worker: "a"}
 	lr := b.engine.Lease(ctx, b.tenant, h, wire.LeaseRequest{RequestID: "1", Worker: "a", Key: "P1"})

@@ -216,15 +216,45 @@ func (r *recBundle) lookupBookings(t *testing.T, key string) []wire.Booking {
 	}
 }
 
-// act leases key and starts acting, as an actor does through the engine.
+// act starts acting on key the tenant's dispatch mode's way (assign, the
+// default: the dispatcher's grant, written ACTING in one commit; race: a
+// lease and the fenced act through the engine) and returns the token.
 func (r *recBundle) act(t *testing.T, key string) int64 {
 	t.Helper()
 	ctx := context.Background()
+	if r.mode(t) == claim.DispatchAssign {
+		g, err := r.store.Grant(ctx, claim.GrantRequest{Job: claim.QueuedJob{Tenant: r.tenant, Cell: "default", Job: wire.Job{Key: key}},
+			Holder: r.h, SendWithin: r.engine.Config().LeaseFor, HardTimeout: r.engine.Config().HardTimeout})
+		require.NoError(t, err)
+		return g.Token
+	}
 	lr := r.engine.Lease(ctx, r.tenant, r.h, wire.LeaseRequest{RequestID: "l-" + key, Worker: r.h.Worker, Key: key})
 	require.True(t, lr.Granted, lr.Reason)
 	ar := r.engine.Act(ctx, r.tenant, r.h, wire.ActRequest{RequestID: "a-" + key, Worker: r.h.Worker, Key: key, Token: lr.Token})
 	require.True(t, ar.OK, ar.Reason)
 	return lr.Token
+}
+
+func (r *recBundle) mode(t *testing.T) string {
+	t.Helper()
+	m, err := r.store.DispatchMode(context.Background(), r.tenant)
+	require.NoError(t, err)
+	return m
+}
+
+// opened is the transitions act leaves: a grant is ACTING at once.
+func (r *recBundle) opened(t *testing.T) []string {
+	t.Helper()
+	if r.mode(t) == claim.DispatchAssign {
+		return []string{"ACTING"}
+	}
+	return []string{"LEASED", "ACTING"}
+}
+
+// then is opened followed by more transitions.
+func (r *recBundle) then(t *testing.T, more ...string) []string {
+	t.Helper()
+	return append(r.opened(t), more...)
 }
 
 func (r *recBundle) reportUnknown(t *testing.T, key string, token int64, detail string) {
@@ -256,9 +286,19 @@ func (r *recBundle) transitions(t *testing.T, key string) []string {
 	return out
 }
 
+// TestReconcileDroppedResponseConfirms: the board booked but its answer was
+// lost; the UNKNOWN is settled CONFIRMED from the board's evidence. In both
+// dispatch modes.
 func TestReconcileDroppedResponseConfirms(t *testing.T) {
+	for _, mode := range bothModes {
+		t.Run(mode, func(t *testing.T) { reconcileDroppedResponse(t, mode) })
+	}
+}
+
+func reconcileDroppedResponse(t *testing.T, mode string) {
 	r := setupReconcile(t)
 	ctx := context.Background()
+	require.NoError(t, r.engine.SetDispatchMode(ctx, testActor, r.tenant, mode))
 	key := r.load()
 	token := r.act(t, key)
 	calm := r.board.Chaos()
@@ -270,7 +310,7 @@ func TestReconcileDroppedResponseConfirms(t *testing.T) {
 	require.NoError(t, r.board.SetChaos(calm))
 	r.reportUnknown(t, key, token, "connection closed without an answer")
 	require.Eventually(t, func() bool { return r.state(t, key) == claim.Confirmed }, 10*time.Second, 20*time.Millisecond)
-	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN", "CONFIRMED"}, r.transitions(t, key))
+	require.Equal(t, r.then(t, "UNKNOWN", "CONFIRMED"), r.transitions(t, key))
 	c, err := r.store.Get(ctx, r.tenant, key)
 	require.NoError(t, err)
 	require.NotNil(t, c.ConfirmedAt, "confirmed_at comes from the board's booking")
@@ -280,9 +320,19 @@ func TestReconcileDroppedResponseConfirms(t *testing.T) {
 	require.Contains(t, log[0].Detail, key, "the evidence (the board's booking) is audited")
 }
 
+// TestReconcileLateCommitWaitsForGrace: a commit that lands after the first
+// look-ups (within grace) is found; the claim is never released before it.
+// In both dispatch modes.
 func TestReconcileLateCommitWaitsForGrace(t *testing.T) {
+	for _, mode := range bothModes {
+		t.Run(mode, func(t *testing.T) { reconcileLateCommit(t, mode) })
+	}
+}
+
+func reconcileLateCommit(t *testing.T, mode string) {
 	r := setupReconcile(t)
 	ctx := context.Background()
+	require.NoError(t, r.engine.SetDispatchMode(ctx, testActor, r.tenant, mode))
 	key := r.load()
 	token := r.act(t, key)
 	calm := r.board.Chaos()
@@ -360,7 +410,7 @@ func TestReconcileSignedOutLookupReleasesNothing(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond)
 	time.Sleep(r.engine.Config().Grace)
 	require.Equal(t, claim.Unknown, r.state(t, key), "a signed-out answer proves nothing")
-	require.Equal(t, []string{"LEASED", "ACTING", "UNKNOWN"}, r.transitions(t, key))
+	require.Equal(t, r.then(t, "UNKNOWN"), r.transitions(t, key))
 }
 
 func TestDuplicateSweepCountsBoardEvidence(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 func TestUnansweredJobsAreOfferedAgain(t *testing.T) {
 	b := setup(t, func(c *claim.Config) { c.ReofferAfter = 200 * time.Millisecond })
 	ctx := context.Background()
+	b.useRace(t, b.tenant, "offers and their re-offers are the race path (assign re-grants: TestSweepRegrantsInAssignMode)")
 	got := &offers{got: map[string][]wire.Offer{}}
 	b.engine.SetOfferer(got)
 	m := cell.New(b.db.App, b.engine.CellConfig(cell.Config{DefaultRedisURL: testenv.RedisURL(t), Log: testenv.Logger(t)}))

@@ -23,19 +23,27 @@ import (
 // the load can be booked; one that expired meanwhile is dropped and its
 // seen-key with it, so the seen-key never outlives a dispatch that never
 // recorded the job. Watchers see a load once (their feed has a cursor): a
-// dropped first sighting would be a load lost.
+// dropped first sighting would be a load lost. In both dispatch modes (in
+// assign mode the record is written in the grant's transaction, refused
+// the same way).
 func TestSightingSurvivesAPostgresOutage(t *testing.T) {
+	for _, mode := range bothModes {
+		t.Run(mode, func(t *testing.T) { sightingSurvives(t, mode) })
+	}
+}
+
+func sightingSurvives(t *testing.T, mode string) {
 	b := setup(t)
 	ctx := context.Background()
 	fake := clock.NewFake(time.Now())
-	got := &offers{got: map[string][]wire.Offer{}}
-	b.engine.SetOfferer(got)
+	got := b.dispatchIn(t, b.engine, mode, b.tenant)
 	redisURL := testenv.RedisURL(t)
 	m := cell.New(b.db.App, b.engine.CellConfig(cell.Config{DefaultRedisURL: redisURL, Consumer: "replica-1",
 		Reload: 200 * time.Millisecond, ReclaimIdle: 200 * time.Millisecond, Clock: fake, Log: testenv.Logger(t)}))
 	b.engine.SetCells(m)
 	require.NoError(t, m.Start(ctx))
 	t.Cleanup(m.Stop)
+	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // assign: the warm actors are published
 
 	// Postgres refuses to record jobs (as when it is unreachable).
 	_, err := b.db.Owner.Exec(ctx, `
@@ -66,13 +74,12 @@ func TestSightingSurvivesAPostgresOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		fake.Advance(time.Second) // the dispatcher's reclaim runs on the cell's clock
-		return got.has(b.tenant, "LD-KEPT")
-	}, 15*time.Second, 100*time.Millisecond, "the load seen during the outage is queued and offered")
+		return got.reached(b.tenant, "LD-KEPT")
+	}, 15*time.Second, 100*time.Millisecond, "the load seen during the outage is queued and offered (or granted)")
 	q, err := b.store.JobRecord(ctx, b.tenant, "LD-KEPT")
 	require.NoError(t, err)
 	require.True(t, q.QueuedAt.After(q.SeenAt.Add(2*time.Minute)), "queued when Postgres returned (%s), seen before (%s)", q.QueuedAt, q.SeenAt)
-	h := claim.Holder{Agent: uuid(), Worker: "actor-1"}
-	require.True(t, b.engine.Lease(ctx, b.tenant, h, wire.LeaseRequest{RequestID: "r", Worker: h.Worker, Key: "LD-KEPT"}).Granted)
+	require.True(t, got.claimed(t, b.tenant, "LD-KEPT"))
 
 	// The expired one is gone, and so is its seen-key.
 	opts, err := redis.ParseURL(redisURL)
@@ -85,7 +92,8 @@ func TestSightingSurvivesAPostgresOutage(t *testing.T) {
 		return err == nil && n == 0
 	}, 10*time.Second, 100*time.Millisecond, "the seen-key of a load never recorded does not outlive its entry")
 	require.False(t, recorded("LD-GONE"))
-	require.False(t, got.has(b.tenant, "LD-GONE"))
+	require.False(t, got.reached(b.tenant, "LD-GONE"))
+	require.False(t, got.offered(b.tenant, "LD-GONE"))
 	var n int
 	require.NoError(t, db.InTenant(ctx, b.db.App, b.tenant, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT count(*) FROM claim_jobs`).Scan(&n)

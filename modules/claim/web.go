@@ -280,6 +280,9 @@ type settingsModel struct {
 	// change that (settings.manage).
 	Platforms []PlatformSetting
 	CanAdmin  bool
+	// OldAgents: connected agents before protocol v4 (assign mode cannot
+	// grant them a job).
+	OldAgents int
 }
 
 func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
@@ -310,6 +313,9 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 		return m, err
 	}
 	m.CanAdmin = auth.UserFrom(ctx).Has(auth.SettingsManage)
+	if m.OldAgents, err = w.Engine.store.OldProtocolAgents(ctx, at.ID); err != nil {
+		return m, err
+	}
 	m.Audit, err = w.Engine.store.SettingsLog(ctx, at.ID, 20)
 	return m, err
 }

@@ -25,7 +25,9 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/demo"
 )
 
@@ -95,6 +97,7 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 		require.NotContains(t, p.Output(), tok, "token of %s", name)
 	}
 
+	legacyModes(t, data)
 	stop(t, p, data)
 
 	// Second start on the same data: reused, not created again; the admin
@@ -109,6 +112,9 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tokens[a.Name()], strings.TrimSpace(string(b)), "the token file of %s is reused", a.Name())
 	}
+	require.Equal(t, map[string]string{"acme": "assign", "delta": "race", "north": "assign"}, dispatchModes(t, data),
+		"a demo tenant whose mode was never chosen is moved to assign; one an admin set to race keeps it")
+	require.Contains(t, p.Output(), "tenant moved to assign dispatch")
 	info2 := readInfo(t, data)
 	require.Equal(t, info.BoardAdminToken, info2.BoardAdminToken, "the board keeps its admin token")
 	cl = signInEnrolled(t, run2.console, run.password, secret)
@@ -330,9 +336,9 @@ func panelConfirmed(t *testing.T, data string) {
 	pool, err := db.Open(ctx, pg.AppURL(), 2)
 	require.NoError(t, err)
 	defer pool.Close()
-	waitUntil(t, 30*time.Second, "the panel records a confirmed claim", func() (bool, string) {
+	waitUntil(t, 30*time.Second, "the panel records a confirmed claim, granted in assign mode", func() (bool, string) {
 		counts := map[string]int{}
-		total := 0
+		total, granted := 0, 0
 		for _, tn := range demo.Tenants {
 			var id string
 			if err := pool.QueryRow(ctx, `SELECT id::text FROM tenants WHERE slug = $1`, tn.Slug).Scan(&id); err != nil {
@@ -344,9 +350,60 @@ func panelConfirmed(t *testing.T, data string) {
 			}
 			counts[tn.Slug] = n
 			total += n
+			// A grant is a claim that starts ACTING (one commit).
+			if err := db.TenantRow(ctx, pool, id, `SELECT count(*) FROM claims c WHERE state = 'CONFIRMED' AND EXISTS (
+					SELECT 1 FROM claim_transitions x WHERE x.tenant_id = c.tenant_id AND x.target_job_key = c.target_job_key
+					  AND x.from_state IS NULL AND x.to_state = 'ACTING')`).Scan(&n); err != nil {
+				return false, err.Error()
+			}
+			granted += n
 		}
-		return total > 0, fmt.Sprint(counts)
+		return total > 0 && granted > 0, fmt.Sprint(counts, " granted ", granted)
 	})
+}
+
+// dispatchModes reads each demo tenant's dispatch mode.
+func dispatchModes(t *testing.T, data string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(data, "postgres"))
+	require.NoError(t, err)
+	pool, err := db.Open(ctx, pg.AppURL(), 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	out := map[string]string{}
+	for _, tn := range demo.Tenants {
+		var mode string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT dispatch_mode FROM tenants WHERE slug = $1`, tn.Slug).Scan(&mode))
+		out[tn.Slug] = mode
+	}
+	return out
+}
+
+// legacyModes checks that the demo's tenants dispatch in assign mode, then
+// makes the data look like a demo from before assign was the default:
+// acme in race with no entry saying anyone chose it (as migration 0100 left
+// every tenant), delta set to race by an admin (audited). The next start
+// moves acme only.
+func legacyModes(t *testing.T, data string) {
+	t.Helper()
+	require.Equal(t, map[string]string{"acme": "assign", "delta": "assign", "north": "assign"}, dispatchModes(t, data),
+		"the demo's tenants dispatch in assign mode")
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(data, "postgres"))
+	require.NoError(t, err)
+	owner, err := db.Open(ctx, pg.OwnerURL(), 2)
+	require.NoError(t, err)
+	defer owner.Close()
+	_, err = owner.Exec(ctx, `UPDATE tenants SET dispatch_mode = 'race' WHERE slug = 'acme'`)
+	require.NoError(t, err)
+	app, err := db.Open(ctx, pg.AppURL(), 2)
+	require.NoError(t, err)
+	defer app.Close()
+	st := claim.NewStore(app, nil)
+	delta, err := st.TenantBySlug(ctx, "delta")
+	require.NoError(t, err)
+	require.NoError(t, st.SetDispatchMode(ctx, audit.Entry{Actor: "admin@demo.test"}, delta.ID, claim.DispatchRace))
 }
 
 // crash SIGKILLs a browser watcher's agent: the browser it could not close

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/panel"
 	"github.com/fleetwright/fleetwright/modules/tenant"
@@ -87,6 +88,9 @@ func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 			return "", fmt.Errorf("demo: %w", err)
 		}
 	}
+	if err := s.assignMode(ctx, ct); err != nil {
+		return "", err
+	}
 	filters, err := st.Filters(ctx, ct.ID)
 	if err != nil {
 		return "", err
@@ -100,6 +104,28 @@ func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 		return "", fmt.Errorf("demo: filter of %s: %w", t.Slug, err)
 	}
 	return ct.ID, nil
+}
+
+// assignMode moves a demo tenant made before assign became the default
+// dispatch mode (migration 0140) to assign, audited as the demo. Only a
+// tenant whose mode nobody ever chose (no claim.dispatch_mode entry in its
+// chain) is moved: a mode an admin set stands.
+func (s *seeder) assignMode(ctx context.Context, t claim.Tenant) error {
+	if t.DispatchMode == claim.DispatchAssign {
+		return nil
+	}
+	chosen, err := s.p.Claims.Store().AuditLog(ctx, t.ID, "claim.dispatch_mode", 1)
+	if err != nil {
+		return fmt.Errorf("demo: dispatch mode of %s: %w", t.Slug, err)
+	}
+	if len(chosen) > 0 {
+		return nil
+	}
+	if err := s.p.Claims.SetDispatchMode(ctx, s.by, t.ID, claim.DispatchAssign); err != nil {
+		return fmt.Errorf("demo: dispatch mode of %s: %w", t.Slug, err)
+	}
+	s.log.Info("demo: tenant moved to assign dispatch (its mode was never chosen)", "tenant", t.Slug, "was", t.DispatchMode)
+	return nil
 }
 
 // AgentDir is an agent's state directory (its "host"): the token file, the

@@ -68,6 +68,10 @@ func (a *liveAgent) read() {
 			a.answers[m.RequestID] = m
 		case wire.OutcomeAck:
 			a.answers[m.RequestID] = m
+		case wire.LeaseResult:
+			a.answers[m.RequestID] = m
+		case wire.ActResult:
+			a.answers[m.RequestID] = m
 		}
 		a.mu.Unlock()
 	}
@@ -95,6 +99,28 @@ func (a *liveAgent) offered() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.offers)
+}
+
+// offeredKey reports whether the job was offered to this agent.
+func (a *liveAgent) offeredKey(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, o := range a.offers {
+		if o.Job.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// grantedKey reports whether the job was granted to this agent.
+func (a *liveAgent) grantedKey(key string) bool {
+	for _, g := range a.granted() {
+		if g.Job.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *liveAgent) answer(id string) wire.Message {

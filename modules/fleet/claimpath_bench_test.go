@@ -43,9 +43,10 @@ func BenchmarkClaimPathWebSocket(b *testing.B) {
 	if v := os.Getenv("FLEET_BENCH_RATE"); v != "" {
 		fmt.Sscan(v, &rate)
 	}
-	// FLEET_BENCH_MODE is the tenant's dispatch mode: race (default) or
-	// assign (docs/CLAIMS.md, "Dispatch modes").
-	mode := claim.DispatchRace
+	// FLEET_BENCH_MODE is the tenant's dispatch mode: assign (default, as
+	// for a new tenant) or race (docs/CLAIMS.md, "Dispatch modes"); set
+	// explicitly either way.
+	mode := claim.DispatchAssign
 	if v := os.Getenv("FLEET_BENCH_MODE"); v != "" {
 		mode = v
 	}

@@ -351,6 +351,11 @@ func (c *conn) handshake(ctx context.Context) bool {
 	if v >= wire.V4 {
 		c.helloKey = hello.InstallKey
 	}
+	if !wire.InVersion(wire.TypeLeaseGrant, v) {
+		// Assign mode (the default of a new tenant) cannot grant it a job.
+		g.log.Info("agent speaks a protocol without lease_grant: in assign mode it is offered jobs only while no actor on protocol v4 is warm; upgrade it to be granted jobs",
+			"agent", a.ID, "protocol", v)
+	}
 	if c.secure {
 		// A key is pinned only over a connection nobody could tamper with.
 		if c.pinnedKey, err = g.store.PinInstallKey(ctx, a, c.helloKey, c.remote); err != nil {

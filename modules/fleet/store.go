@@ -443,7 +443,7 @@ func (s *Store) SaveStateSince(ctx context.Context, a Agent, st wire.State) (wir
 	err := db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
 		var old []byte
 		err := tx.QueryRow(ctx, `WITH old AS (SELECT id, state FROM agents WHERE id = $1 FOR UPDATE)
-			UPDATE agents a SET state = $2, last_seen = now() FROM old WHERE a.id = old.id RETURNING old.state`, a.ID, b).Scan(&old)
+			UPDATE agents a SET state = $2, state_at = now(), last_seen = now() FROM old WHERE a.id = old.id RETURNING old.state`, a.ID, b).Scan(&old)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

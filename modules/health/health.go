@@ -186,7 +186,7 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 	err := db.InTenant(ctx, s.pool, t.id, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT ag.id::text, ag.name,
 				ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id AND r.last_seen > now() - interval '30 seconds'),
-				EXTRACT(EPOCH FROM (now() - ag.last_seen))::float8, ag.state
+				EXTRACT(EPOCH FROM (now() - COALESCE(ag.state_at, ag.last_seen)))::float8, ag.state
 			FROM agents ag WHERE ag.retired_at IS NULL ORDER BY ag.name`)
 		if err != nil {
 			return err
@@ -333,6 +333,10 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 	return nil
 }
 
+// ReportGrace is how long an agent's state report stays current: agents
+// report every 30 s and on every change, plus a margin for the trip.
+const ReportGrace = 35 * time.Second
+
 // isHung applies the rule: alive, running, with work older than the kind's
 // threshold, and nothing completed within it.
 func (s *Sweeper) isHung(a agentRow, w wire.WorkerState, now time.Time) (bool, string) {
@@ -340,11 +344,19 @@ func (s *Sweeper) isHung(a agentRow, w wire.WorkerState, now time.Time) (bool, s
 		return false, ""
 	}
 	limit := s.HungAfter(w.Kind)
-	age := time.Duration(*w.OldestTaskAgeMillis)*time.Millisecond + max(0, *a.sinceReport)
+	// A report on time is the newest word on its workers: the progress made
+	// since it is not known yet, so only the time it is overdue is added to
+	// its ages. Adding all of it made a healthy worker look hung between two
+	// reports whenever its threshold was under the report interval plus its
+	// own cadence, and a worker near its threshold flap with the age of the
+	// agent's last sign of life.
+	since := max(0, *a.sinceReport)
+	onTime := min(since, ReportGrace)
+	age := time.Duration(*w.OldestTaskAgeMillis)*time.Millisecond + since - onTime
 	if age < limit {
 		return false, ""
 	}
-	if op := w.LastOperation; op != nil && now.Sub(op.FinishedAt) < limit {
+	if op := w.LastOperation; op != nil && now.Sub(op.FinishedAt)-onTime < limit {
 		return false, ""
 	}
 	last := "no operation completed since the agent started"

@@ -86,7 +86,7 @@ func (b *bundle) aged(t *testing.T, d time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE agents SET last_seen = last_seen - make_interval(secs => $1)`, d.Seconds())
+		_, err := tx.Exec(ctx, `UPDATE agents SET state_at = state_at - make_interval(secs => $1)`, d.Seconds())
 		return err
 	}))
 }
@@ -121,11 +121,14 @@ func TestHungWorkerIsAlarmedShownAndResolvedWhenItProgresses(t *testing.T) {
 	// task gets older, nothing completes. Within its 2-minute threshold it
 	// is not hung; past it, it is — the idle actor (no work) never is.
 	b.clk.Advance(90 * time.Second)
-	b.aged(t, 90*time.Second)
+	watcher.OldestTaskAgeMillis = ms(91 * time.Second)
+	b.report(t, started, watcher, idle)
+	b.aged(t, 20*time.Second)
 	b.sweep(t)
-	require.Empty(t, b.open(t, b.tenant))
+	require.Empty(t, b.open(t, b.tenant), "a report on time is the newest word: its age is not extrapolated")
 	b.clk.Advance(40 * time.Second)
-	b.aged(t, 40*time.Second)
+	watcher.OldestTaskAgeMillis = ms(131 * time.Second)
+	b.report(t, started, watcher, idle)
 	b.sweep(t)
 	open := b.open(t, b.tenant)
 	require.Len(t, open, 1)
@@ -143,6 +146,21 @@ func TestHungWorkerIsAlarmedShownAndResolvedWhenItProgresses(t *testing.T) {
 	// A later sweep refreshes the same alarm; progress resolves it.
 	b.sweep(t)
 	require.Len(t, b.open(t, b.tenant), 1)
+	watcher.OldestTaskAgeMillis = ms(500 * time.Millisecond)
+	b.report(t, started, watcher, idle)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	// An agent alive whose reports stopped: the time its report is overdue
+	// counts (31 s of the report's age + 95 s past the grace > 2 m).
+	watcher.OldestTaskAgeMillis = ms(31 * time.Second)
+	b.report(t, started, watcher, idle)
+	b.aged(t, health.ReportGrace+60*time.Second)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant), "31 s + 60 s overdue is under 2 m")
+	b.aged(t, 35*time.Second)
+	b.sweep(t)
+	require.Len(t, b.open(t, b.tenant), 1, "31 s + 95 s overdue is past 2 m")
 	watcher.OldestTaskAgeMillis = ms(500 * time.Millisecond)
 	b.report(t, started, watcher, idle)
 	b.sweep(t)

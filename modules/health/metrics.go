@@ -88,7 +88,7 @@ func (c *collector) workers(ctx context.Context, ch chan<- prometheus.Metric) er
 			}
 			rows, err := tx.Query(ctx, `SELECT ag.name,
 					ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id AND r.last_seen > now() - interval '30 seconds'),
-					EXTRACT(EPOCH FROM (now() - COALESCE(ag.last_seen, now())))::float8, ag.state
+					EXTRACT(EPOCH FROM (now() - COALESCE(ag.state_at, ag.last_seen, now())))::float8, ag.state
 				FROM agents ag WHERE ag.retired_at IS NULL AND ag.state IS NOT NULL`)
 			if err != nil {
 				return err

@@ -787,6 +787,18 @@ func (r *runner) agentConnected(ctx context.Context, p *proc) (bool, time.Time) 
 	return c, *at
 }
 
+// panelStopped reports whether a panel replica is frozen by the chaos now.
+func (r *runner) panelStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range r.panels {
+		if r.stopped[x] {
+			return true
+		}
+	}
+	return false
+}
+
 // partition blackholes one HTTP-only actor agent's path to its replica (its
 // relay passes nothing, not even a close) for longer than a lease and two
 // ping intervals, then lets traffic through. Each side must drop the silent
@@ -823,11 +835,20 @@ func (r *runner) partition(ctx context.Context) (int, string) {
 		defer r.bg.Done()
 		bctx := context.WithoutCancel(ctx)
 		panelDropped := time.Duration(0)
-		for time.Since(cut) < hold {
+		// A replica frozen by panel_freeze meanwhile cannot notice the
+		// silence: the cut lasts that much longer (while the panel has not
+		// dropped the agent yet), so the panel gets its two ping intervals
+		// of running time whatever chaos overlaps.
+		frozenFor := time.Duration(0)
+		for tick := time.Now(); time.Since(cut) < hold+frozenFor; {
 			if ok, _ := r.agentConnected(bctx, p); !ok && panelDropped == 0 {
 				panelDropped = time.Since(cut)
 			}
 			time.Sleep(250 * time.Millisecond)
+			if r.panelStopped() && panelDropped == 0 {
+				frozenFor += time.Since(tick)
+			}
+			tick = time.Now()
 		}
 		agentDropped := p.relay.unblock()
 		resumed := time.Now()

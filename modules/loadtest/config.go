@@ -47,7 +47,8 @@ type Config struct {
 	// bookings) or "off" (it does not, as many real platforms do not).
 	BoardIdempotency string
 	// DispatchMode is the tenants' claim dispatch mode: race or assign
-	// (docs/CLAIMS.md, "Dispatch modes"). Empty: race.
+	// (docs/CLAIMS.md, "Dispatch modes"). Empty: assign, the default of a
+	// new tenant.
 	DispatchMode string
 	// BoardOutage is how long the board's API fails in the outage phase
 	// after the measured duration (0: no outage phase).
@@ -68,7 +69,7 @@ func (c *Config) Register(s *config.Set) {
 	s.Duration(&c.Progress, "progress", "FLEET_LOADTEST_PROGRESS", 10*time.Second, "how often a progress line is printed")
 	s.Enum(&c.BoardIdempotency, "board-idempotency", "FLEET_LOADTEST_BOARD_IDEMPOTENCY", "on", []string{"on", "off"},
 		"whether the run's board honours Idempotency-Key on bookings (off: a platform that books a replayed request again)")
-	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "race", []string{"race", "assign"},
+	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "assign", []string{"race", "assign"},
 		"the tenants' claim dispatch mode: race (every warm actor asks for each job) or assign (the panel grants each job to one actor)")
 	s.Duration(&c.BoardOutage, "board-outage", "FLEET_LOADTEST_BOARD_OUTAGE", 0,
 		"after the duration, the board's API fails this long (bookings 503, then every request 503, then connections refused) and the run judges that nothing of it was lost (0: no outage)")
@@ -76,6 +77,12 @@ func (c *Config) Register(s *config.Set) {
 
 // Validate reports the first bad setting.
 func (c *Config) Validate() error {
+	if c.BoardIdempotency == "" {
+		c.BoardIdempotency = "on"
+	}
+	if c.DispatchMode == "" {
+		c.DispatchMode = "assign"
+	}
 	switch {
 	case c.Workers < 6:
 		return fmt.Errorf("loadtest: --workers must be at least 6 (three tenants, each a watcher and an actor), got %d", c.Workers)
@@ -91,11 +98,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("loadtest: --settle must be at least 10s, got %s", c.Settle)
 	case c.Chaos != "on" && c.Chaos != "off":
 		return errors.New("loadtest: --chaos must be on or off")
-	case c.BoardIdempotency == "":
-		c.BoardIdempotency = "on"
 	case c.BoardIdempotency != "on" && c.BoardIdempotency != "off":
 		return fmt.Errorf("loadtest: --board-idempotency must be on or off, got %q", c.BoardIdempotency)
-	case c.DispatchMode != "" && c.DispatchMode != "race" && c.DispatchMode != "assign":
+	case c.DispatchMode != "race" && c.DispatchMode != "assign":
 		return fmt.Errorf("loadtest: --dispatch-mode must be race or assign, got %q", c.DispatchMode)
 	case c.BoardOutage != 0 && (c.BoardOutage < 30*time.Second || c.BoardOutage > time.Hour):
 		return fmt.Errorf("loadtest: --board-outage must be 0 (none) or between 30s and 1h, got %s", c.BoardOutage)

@@ -145,12 +145,15 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 		require.Positive(t, s.Count, stage)
 		require.True(t, s.P50 <= s.P95 && s.P95 <= s.P99, "%s percentiles in order: %+v", stage, s)
 	}
-	require.Positive(t, rep.Panel["lease"].Count, "the replicas measured their own lease statements")
+	// The run dispatches in the default mode, assign: the replicas granted
+	// jobs (the gate's checks and the grants' pub/sub hop measured too).
+	require.Equal(t, "assign", rep.DispatchMode)
+	require.Positive(t, rep.Panel["grant"].Count, "the replicas measured their own grants")
+	require.Positive(t, rep.Panel["gate"].Count, "the actors' gate checks were answered")
 
 	// panel_in per claim, from the replicas' own clocks, with issue 16's
 	// target beside it (reported, not judged).
-	require.Equal(t, "race", rep.DispatchMode)
-	require.Positive(t, rep.PanelIn.Count, "the replicas measured sightings' arrivals to their first offers")
+	require.Positive(t, rep.PanelIn.Count, "the replicas measured sightings' arrivals to their first grants")
 	require.Positive(t, rep.PanelIn.P50)
 	require.LessOrEqual(t, rep.PanelIn.P50, rep.PanelIn.P99)
 	require.Less(t, rep.PanelIn.P50, rep.Stages["detect_leased"].P50, "panel_in is a part of detect→leased")
@@ -200,6 +203,17 @@ func TestBoardIdempotencyFlagIsOnOrOff(t *testing.T) {
 	require.Equal(t, 2, exit.ExitCode(), string(out))
 	require.Contains(t, string(out), "board-idempotency")
 	require.Contains(t, string(out), "on")
+}
+
+// A dispatch mode the panel does not have is refused before anything runs.
+func TestDispatchModeFlagIsRaceOrAssign(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t), "loadtest", "--dispatch-mode=fastest")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 2, exit.ExitCode(), string(out))
+	require.Contains(t, string(out), "dispatch-mode")
+	require.Contains(t, string(out), "assign")
 }
 
 func TestBoardOutageFlagIsBounded(t *testing.T) {

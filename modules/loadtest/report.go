@@ -40,13 +40,14 @@ type Leak struct {
 
 // Report is the result of a run; the JSON names are the contract.
 type Report struct {
-	Workers          int     `json:"workers"`
-	BrowserWorkers   int     `json:"browser_workers"`
-	AgentProcesses   int     `json:"agent_processes"`
-	PanelReplicas    int     `json:"panel_replicas"`
-	Tenants          int     `json:"tenants"`
-	Cells            int     `json:"cells"`
-	Chaos            string  `json:"chaos"`
+	Workers        int    `json:"workers"`
+	BrowserWorkers int    `json:"browser_workers"`
+	AgentProcesses int    `json:"agent_processes"`
+	PanelReplicas  int    `json:"panel_replicas"`
+	Tenants        int    `json:"tenants"`
+	Cells          int    `json:"cells"`
+	Chaos          string `json:"chaos"`
+	// DispatchMode is the tenants' claim dispatch mode (race or assign).
 	DispatchMode     string  `json:"dispatch_mode"`
 	Seed             int     `json:"seed"`
 	Rate             float64 `json:"rate"`
@@ -424,8 +425,8 @@ func (rep *Report) WriteText(w io.Writer) {
 	p("Fleet load and chaos test — %d workers (%d in Chromium) in %d agent processes, %d panel replicas, %d tenants in %d cells",
 		rep.Workers, rep.BrowserWorkers, rep.AgentProcesses, rep.PanelReplicas, rep.Tenants, rep.Cells)
 	p("  machine: %s", rep.Machine)
-	p("  chaos %s, seed %d, rate %.2g/s, published for %.0fs (asked %.0fs), settled in %.0fs (%v)",
-		rep.Chaos, rep.Seed, rep.Rate, rep.PublishedSeconds, rep.DurationSeconds, rep.SettleSeconds, rep.Settled)
+	p("  dispatch mode %s, chaos %s, seed %d, rate %.2g/s, published for %.0fs (asked %.0fs), settled in %.0fs (%v)",
+		rep.DispatchMode, rep.Chaos, rep.Seed, rep.Rate, rep.PublishedSeconds, rep.DurationSeconds, rep.SettleSeconds, rep.Settled)
 	p("")
 	p("  loads published          %d", rep.LoadsPublished)
 	p("  board bookings           %d (booking requests %d)", rep.BoardBookings, rep.BookingRequests)

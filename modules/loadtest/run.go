@@ -293,10 +293,10 @@ func (r *runner) setup(ctx context.Context) error {
 		if err := r.eng.SetHonoursIdempotency(ctx, ops, id, claim.DefaultPlatform, bcfg.IdempotencyKeys); err != nil {
 			return err
 		}
-		if r.cfg.DispatchMode == claim.DispatchAssign {
-			if err := r.eng.SetDispatchMode(ctx, ops, id, claim.DispatchAssign); err != nil {
-				return err
-			}
+		// Set in either mode: the run says which it measured, whatever the
+		// column's default is.
+		if err := r.eng.SetDispatchMode(ctx, ops, id, r.cfg.DispatchMode); err != nil {
+			return err
 		}
 	}
 	if err := cell.PutCell(ctx, r.app, cell.Def{Name: "b", RedisURL: r.redis[1].URL(0)}); err != nil {
@@ -791,7 +791,7 @@ func (r *runner) stopScrape() {
 // dispatchMode is the tenants' dispatch mode.
 func (r *runner) dispatchMode() string {
 	if r.cfg.DispatchMode == "" {
-		return claim.DispatchRace
+		return claim.DispatchAssign // the default of a new tenant (Validate fills it)
 	}
 	return r.cfg.DispatchMode
 }

@@ -96,4 +96,19 @@ func TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase(t *testing.T) {
 	for i, want := range []string{audit.System + " claim.pause cli", audit.System + " claim.resume cli", tenantID + " claim.pause cli"} {
 		require.True(t, strings.HasPrefix(entries[i], want), entries[i])
 	}
+
+	// admin dispatch-mode: a new tenant dispatches in assign (migration
+	// 0140); the command moves it to race and back, audited as the CLI user
+	// with the value before; a mode the panel does not have is refused.
+	code, out = run("admin", "dispatch-mode", "--tenant=acme", "--mode=race")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "tenant acme dispatches in race mode (was assign)")
+	code, out = run("admin", "dispatch-mode", "--tenant=acme", "--mode=fastest")
+	require.NotEqual(t, 0, code, out)
+	var mode, before string
+	require.NoError(t, c.QueryRow(ctx, "SELECT dispatch_mode FROM tenants WHERE id = $1", tenantID).Scan(&mode))
+	require.Equal(t, "race", mode, "a refused mode changes nothing")
+	require.NoError(t, c.QueryRow(ctx, `SELECT detail->>'before' FROM audit_log WHERE tenant_id = $1 AND action = 'claim.dispatch_mode'
+		AND actor LIKE 'cli%' ORDER BY id DESC LIMIT 1`, tenantID).Scan(&before))
+	require.Equal(t, "assign", before)
 }

@@ -70,10 +70,13 @@ func Create(ctx context.Context, pool *pgxpool.Pool, slug, name string, by audit
 		return t, fe
 	}
 	err := audit.InSystem(ctx, pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ($1, $2) RETURNING id::text, created_at`, t.Slug, t.Name).Scan(&t.ID, &t.CreatedAt); err != nil {
+		// The dispatch mode is the column's default (assign since migration
+		// 0140); the entry records which one this tenant started with.
+		var mode string
+		if err := tx.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ($1, $2) RETURNING id::text, created_at, dispatch_mode`, t.Slug, t.Name).Scan(&t.ID, &t.CreatedAt, &mode); err != nil {
 			return err
 		}
-		by.Action, by.Target, by.Detail = "tenant.created", t.Slug, map[string]any{"tenant_id": t.ID, "name": t.Name}
+		by.Action, by.Target, by.Detail = "tenant.created", t.Slug, map[string]any{"tenant_id": t.ID, "name": t.Name, "dispatch_mode": mode}
 		return audit.Append(ctx, tx, by)
 	})
 	var pe *pgconn.PgError

@@ -1,0 +1,12 @@
+-- New tenants dispatch in assign mode (docs/CLAIMS.md, "Dispatch modes"):
+-- the dispatcher chooses one warm actor and grants it the job in the commit
+-- that records the job. The whole claim suite runs in it.
+--
+-- Decision: existing tenants keep the mode they have. This migration
+-- changes the column's default only, so no tenant's behaviour changes under
+-- an operator's feet at an upgrade and nothing needs auditing here; an
+-- admin moves a tenant with `fleetwright admin dispatch-mode` or the Claim
+-- settings page, audited as claim.dispatch_mode with the value before. A
+-- tenant created from now on records its mode in its tenant.created entry.
+-- The demo moves its own tenants that never had a mode chosen (modules/demo).
+ALTER TABLE tenants ALTER COLUMN dispatch_mode SET DEFAULT 'assign';
