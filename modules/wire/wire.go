@@ -31,13 +31,13 @@ const (
 	// lease_result, act_request, act_result, outcome, outcome_ack, lookup and
 	// lookup_result.
 	V3 = 3
-	// V4 is in development (unreleased) and shared by every open change to
-	// the protocol: claim safety (attempt outcomes, apply/transient/definitive
-	// answers, booking keys), security (credential delivery, the agent's
-	// installation key), the crawler, the assistant and assignment dispatch.
-	// New fields on existing messages carry the struct tag `since:"4"` so
-	// older versions never see them (see sinceFields). Nothing marks it
-	// released until all of those have landed.
+	// V4 adds claim safety (attempt outcomes, apply/transient/definitive
+	// answers, booking keys, paged look-ups), security (credential delivery,
+	// the agent's installation key), the crawler's page tasks, the assistant's
+	// reports and tasks, panel limits and assignment dispatch (lease_grant,
+	// gate_check, gate_result). New fields on messages that shipped earlier
+	// carry the struct tag `since:"4"` so older versions never see them (see
+	// sinceFields). Released: its fixtures are frozen.
 	V4 = 4
 
 	// MinSupported is the oldest version this binary still speaks.
@@ -47,7 +47,7 @@ const (
 	// LatestReleased is the newest version whose fixtures are frozen. A
 	// version under development (LatestReleased < v <= Current) may still
 	// change; its fixtures are regenerated with -update.
-	LatestReleased = V3
+	LatestReleased = V4
 )
 
 // Supported reports whether this binary speaks version v.
