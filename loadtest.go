@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
@@ -30,7 +31,9 @@ func runLoadtest(args []string, stdout, stderr io.Writer) int {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "fleetwright: loadtest: %v (see fleetwright loadtest --help)\n", err)
+		// Validate's errors already name the command; the parser's do not.
+		msg := strings.TrimPrefix(err.Error(), "loadtest: ")
+		fmt.Fprintf(stderr, "fleetwright: loadtest: %s (see fleetwright loadtest --help)\n", msg)
 		return 2
 	}
 	ctx, stop := signalContext()
