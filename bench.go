@@ -31,10 +31,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		err = cfg.Validate(s.Given)
 	}
 	if err != nil {
-		// Validate's errors already name the command; the parser's do not.
-		msg := strings.TrimPrefix(err.Error(), "bench: ")
-		fmt.Fprintf(stderr, "fleetwright: bench: %s (see fleetwright bench --help)\n", msg)
-		return 2
+		return refuseFlags(stderr, "bench", err)
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -51,4 +48,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// refuseFlags prints a refused flag or argument of command cmd once (a
+// Validate error already names the command, the parser's does not) and
+// returns the exit status for wrong input.
+func refuseFlags(stderr io.Writer, cmd string, err error) int {
+	msg := strings.TrimPrefix(err.Error(), cmd+": ")
+	fmt.Fprintf(stderr, "fleetwright: %s: %s (see fleetwright %s --help)\n", cmd, msg, cmd)
+	return 2
 }

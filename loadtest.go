@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
@@ -31,10 +30,7 @@ func runLoadtest(args []string, stdout, stderr io.Writer) int {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		// Validate's errors already name the command; the parser's do not.
-		msg := strings.TrimPrefix(err.Error(), "loadtest: ")
-		fmt.Fprintf(stderr, "fleetwright: loadtest: %s (see fleetwright loadtest --help)\n", msg)
-		return 2
+		return refuseFlags(stderr, "loadtest", err)
 	}
 	ctx, stop := signalContext()
 	defer stop()
