@@ -99,9 +99,9 @@ type Table struct {
 func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
 		versionCommands(), migrateCommands(), adminCommands(), auditCommands(), agentCommands(),
+		limitCommands(), retentionCommands(), privacyCommands(),
 		assistantCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
-		limitCommands(), retentionCommands(), privacyCommands(), fetchCommands(),
-		unitFailedCommands(), benchCommands(), loadtestCommands(),
+		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
 }
 
