@@ -251,6 +251,13 @@ func (c *crawler) do(ctx context.Context, t wire.PageTask, open opener) wire.Pag
 	defer func() { <-c.sem }()
 	start := c.env.Clock.Now()
 	res := wire.PageResult{TaskID: t.TaskID, URL: t.URL}
+	if c.env.Paused != nil && c.env.Paused() {
+		// Checked after the wait for a slot, at the last moment before the
+		// fetch: a pause holds every page not yet started; pages already
+		// under way finish.
+		res.Error = wire.PagePaused
+		return res
+	}
 	timeout := time.Duration(t.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = 30 * time.Second

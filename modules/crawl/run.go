@@ -201,6 +201,64 @@ type execution struct {
 	egress  map[string]string // agent → the egress last recorded for it
 
 	solverHTTP *http.Client
+
+	// The pause switches as last read (heldAt), and since when the run
+	// has been held (zero: it is not).
+	heldWhy   string
+	heldAt    time.Time
+	heldSince time.Time
+	// pausedAgent holds the agents that answered a page task with their
+	// own pause, until when they are not asked again.
+	pausedAgent map[string]time.Time
+}
+
+// pausedAgentWait is how long a run leaves an agent that said it is
+// paused before it asks it again.
+const pausedAgentWait = 5 * time.Second
+
+// holdPoll is how often a run reads the pause switches: a pause holds new
+// pages within this, and a resume lets them go within it.
+const holdPoll = time.Second
+
+// held reads the pause switches at most every holdPoll and says which one
+// holds the run ("" when none does, or when they cannot be read: a run is
+// not held by a database hiccup; the claim engine's own statements still
+// refuse under a pause).
+func (x *execution) held(ctx context.Context, now time.Time) string {
+	if !x.heldAt.IsZero() && now.Sub(x.heldAt) < holdPoll {
+		return x.heldWhy
+	}
+	why, err := x.r.Store.Held(ctx, x.tenant)
+	if err != nil {
+		x.r.Log.Warn("crawl: pause switches not read", "err", err)
+		return x.heldWhy
+	}
+	x.heldWhy, x.heldAt = why, now
+	return why
+}
+
+func (x *execution) hold(ctx context.Context, now time.Time, why string) {
+	if !x.heldSince.IsZero() && x.run.HeldReason == why {
+		return
+	}
+	if x.heldSince.IsZero() {
+		x.heldSince = now
+		x.r.Log.Info("crawl run held", "tenant", x.tenant, "run", x.run.ID, "reason", why, "in_flight", x.inflight)
+	}
+	since := x.heldSince
+	x.run.HeldSince, x.run.HeldReason = &since, why
+	if err := x.r.Store.SetHeld(ctx, x.tenant, x.run.ID, &since, why); err != nil {
+		x.r.Log.Warn("crawl: record hold", "err", err)
+	}
+}
+
+func (x *execution) unhold(ctx context.Context, now time.Time) {
+	x.r.Log.Info("crawl run resumed", "tenant", x.tenant, "run", x.run.ID, "held", now.Sub(x.heldSince))
+	x.heldSince = time.Time{}
+	x.run.HeldSince, x.run.HeldReason = nil, ""
+	if err := x.r.Store.SetHeld(ctx, x.tenant, x.run.ID, nil, ""); err != nil {
+		x.r.Log.Warn("crawl: record resume", "err", err)
+	}
 }
 
 func (x *execution) push(t task) {
@@ -239,6 +297,25 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 	var noAgentSince time.Time
 	for {
 		now := x.r.Clock.Now()
+		if ctx.Err() == nil && (len(x.frontier) > 0 || x.inflight > 0) {
+			if why := x.held(ctx, now); why != "" {
+				// A pause holds the run: no page starts, pages in flight
+				// finish and are recorded, and the time held counts against
+				// neither the run's run_time nor the wait for an agent.
+				x.hold(ctx, now, why)
+				noAgentSince = time.Time{}
+				select {
+				case res := <-x.results:
+					x.handle(ctx, res)
+				case <-x.r.Clock.After(holdPoll):
+				}
+				continue
+			}
+			if !x.heldSince.IsZero() {
+				deadline = deadline.Add(now.Sub(x.heldSince))
+				x.unhold(ctx, now)
+			}
+		}
 		switch {
 		case ctx.Err() != nil:
 			stop = "stopped: the panel is shutting down"
@@ -272,7 +349,11 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 			if i := x.ready(now); i >= 0 {
 				agents := x.agents()
 				if len(agents) == 0 {
-					if noAgentSince.IsZero() {
+					if x.agentsPaused(now) {
+						// Agents are there, paused on their own: that is a
+						// hold, not a missing crawler.
+						noAgentSince = time.Time{}
+					} else if noAgentSince.IsZero() {
 						noAgentSince = now
 					} else if now.Sub(noAgentSince) > x.r.NoAgentWait {
 						return "failed", "no crawler agent of this tenant is connected (configure a worker of kind crawler on an account)"
@@ -427,13 +508,26 @@ func (x *execution) agents() []string {
 	all := x.r.Disp.CrawlAgents(x.tenant)
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	now := x.r.Clock.Now()
 	out := all[:0:0]
 	for _, a := range all {
-		if !x.noCrawler[a] {
+		if !x.noCrawler[a] && !now.Before(x.pausedAgent[a]) {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// agentsPaused says an agent answered with its own pause lately.
+func (x *execution) agentsPaused(now time.Time) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, until := range x.pausedAgent {
+		if now.Before(until) {
+			return true
+		}
+	}
+	return false
 }
 
 // gap is the domain's next gap: the longest of the job's delay, the
@@ -584,6 +678,19 @@ func (x *execution) handle(ctx context.Context, r result) {
 		// The agent went away mid-task: try again elsewhere.
 		x.r.Log.Warn("crawl: page task lost", "url", t.url, "agent", r.agent, "err", r.err)
 		x.retry(t, now, false)
+		return
+	}
+	if res.Error == wire.PagePaused {
+		// The agent's own pause (an operator's, or a switch it heard
+		// before this replica read it): the page goes again, elsewhere or
+		// later, without spending one of its retries.
+		x.mu.Lock()
+		if x.pausedAgent == nil {
+			x.pausedAgent = map[string]time.Time{}
+		}
+		x.pausedAgent[r.agent] = now.Add(pausedAgentWait)
+		x.mu.Unlock()
+		x.frontier = append(x.frontier, t)
 		return
 	}
 	if res.Error == "agent: no crawler worker runs on this agent" {

@@ -232,6 +232,10 @@ type Run struct {
 	Captchas int
 	Bytes    int64
 	Domains  map[string]DomainFigures
+	// HeldSince is when the fleet's or the tenant's pause switch began to
+	// hold the run (nil: nothing holds it); HeldReason says which.
+	HeldSince  *time.Time
+	HeldReason string
 }
 
 // DomainFigures are one domain's request figures in a run.
@@ -279,11 +283,49 @@ func (s *Store) FinishRun(ctx context.Context, tenant string, r Run, trace map[s
 	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE crawl_runs SET state = $2, reason = $3, finished_at = $4, pages = $5, items = $6,
 			new_items = $7, changed_items = $8, errors = $9, selector_failures = $10, bytes = $11, domains = $12, trace = $13,
-			captchas = $14
+			captchas = $14, held_since = NULL, held_reason = ''
 			WHERE id = $1`, r.ID, r.State, r.Reason, r.FinishedAt, r.Pages, r.Items, r.NewItems, r.ChangedItems, r.Errors,
 			r.SelectorFailures, r.Bytes, dom, tr, r.Captchas)
 		if err != nil {
 			return fmt.Errorf("crawl: finish run: %w", err)
+		}
+		return nil
+	})
+}
+
+// Pause reasons: which switch holds crawl work.
+const (
+	HeldFleet  = "the fleet is paused"
+	HeldTenant = "the tenant is paused"
+)
+
+// Held says which pause switch holds the tenant's crawl work: HeldFleet,
+// HeldTenant, or "" when neither is on. The switches are the claim
+// engine's (fleet_switches.paused, tenants.paused): one pause for all work.
+func (s *Store) Held(ctx context.Context, tenant string) (string, error) {
+	var fleet, own bool
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT (SELECT paused FROM fleet_switches), COALESCE((SELECT paused FROM tenants WHERE id = $1), false)`, tenant).
+			Scan(&fleet, &own)
+	})
+	if err != nil {
+		return "", fmt.Errorf("crawl: pause switches: %w", err)
+	}
+	switch {
+	case fleet:
+		return HeldFleet, nil
+	case own:
+		return HeldTenant, nil
+	}
+	return "", nil
+}
+
+// SetHeld records that a pause holds a running run (since non-nil) or no
+// longer does (since nil).
+func (s *Store) SetHeld(ctx context.Context, tenant, runID string, since *time.Time, reason string) error {
+	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE crawl_runs SET held_since = $2, held_reason = $3 WHERE id = $1`, runID, since, reason); err != nil {
+			return fmt.Errorf("crawl: hold run: %w", err)
 		}
 		return nil
 	})
@@ -294,7 +336,7 @@ func (s *Store) Runs(ctx context.Context, tenant, jobID string, limit int) ([]Ru
 	var out []Run
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT id, job_id, version, state, reason, trigger, queued_at, started_at, finished_at, pages, items,
-			new_items, changed_items, errors, selector_failures, bytes, domains, captchas FROM crawl_runs
+			new_items, changed_items, errors, selector_failures, bytes, domains, captchas, held_since, held_reason FROM crawl_runs
 			WHERE ($1 = '' OR job_id::text = $1) ORDER BY queued_at DESC LIMIT $2`, jobID, limit)
 		if err != nil {
 			return err
@@ -304,7 +346,8 @@ func (s *Store) Runs(ctx context.Context, tenant, jobID string, limit int) ([]Ru
 			var r Run
 			var dom []byte
 			if err := rows.Scan(&r.ID, &r.JobID, &r.Version, &r.State, &r.Reason, &r.Trigger, &r.QueuedAt, &r.StartedAt, &r.FinishedAt,
-				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom, &r.Captchas); err != nil {
+				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom, &r.Captchas,
+				&r.HeldSince, &r.HeldReason); err != nil {
 				return err
 			}
 			_ = json.Unmarshal(dom, &r.Domains)
@@ -324,9 +367,10 @@ func (s *Store) Run(ctx context.Context, tenant, runID string) (Run, error) {
 	var dom []byte
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT id, job_id, version, state, reason, trigger, queued_at, started_at, finished_at, pages, items,
-			new_items, changed_items, errors, selector_failures, bytes, domains, captchas FROM crawl_runs WHERE id = $1`, runID).
+			new_items, changed_items, errors, selector_failures, bytes, domains, captchas, held_since, held_reason FROM crawl_runs WHERE id = $1`, runID).
 			Scan(&r.ID, &r.JobID, &r.Version, &r.State, &r.Reason, &r.Trigger, &r.QueuedAt, &r.StartedAt, &r.FinishedAt,
-				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom, &r.Captchas)
+				&r.Pages, &r.Items, &r.NewItems, &r.ChangedItems, &r.Errors, &r.SelectorFailures, &r.Bytes, &dom, &r.Captchas,
+				&r.HeldSince, &r.HeldReason)
 	})
 	if err != nil {
 		return Run{}, fmt.Errorf("crawl: run %s: %w", runID, err)

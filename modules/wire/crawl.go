@@ -16,6 +16,12 @@ const (
 	PageRobots  = "robots"  // robots.txt: the body comes back raw
 )
 
+// PagePaused is the error of a page task an agent refused because it is
+// paused (its own pause, its tenant's or the fleet's): the page was not
+// fetched, and the panel gives it again later or to another agent without
+// counting it as a failed attempt.
+const PagePaused = "agent: paused: no new page starts while a pause holds this agent"
+
 // CrawlField is one extraction rule (docs/CRAWL.md, extract.fields).
 type CrawlField struct {
 	Name      string   `json:"name"`

@@ -71,6 +71,9 @@ type jobsModel struct {
 	Slug     string
 	Rows     []JobRow
 	CanSteer bool
+	// Held names the pause switch that holds the tenant's crawl work ("":
+	// none).
+	Held string
 	Source   string
 	Errors   []spec.FieldError
 }
@@ -82,6 +85,7 @@ func (d Deps) jobsModel(r *http.Request) (jobsModel, error) {
 		return jobsModel{}, err
 	}
 	m := jobsModel{Slug: t.Slug, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer)}
+	m.Held, _ = d.Service.Store.Held(r.Context(), t.ID)
 	for _, j := range jobs {
 		row := JobRow{Job: j}
 		if runs, err := d.Service.Store.Runs(r.Context(), t.ID, j.ID, 1); err == nil && len(runs) > 0 {
@@ -166,6 +170,8 @@ type jobModel struct {
 	Open     []alarm.Open
 	CanSteer bool
 	Edit     string
+	// Held names the pause switch that holds the tenant's crawl work.
+	Held string
 }
 
 func (d Deps) jobFor(w http.ResponseWriter, r *http.Request) (crawl.Job, bool) {
@@ -191,6 +197,7 @@ func (d Deps) job(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	m := jobModel{Slug: t.Slug, Job: j, CanSteer: auth.UserFrom(ctx).Has(auth.FleetSteer), Edit: j.Source}
+	m.Held, _ = d.Service.Store.Held(ctx, t.ID)
 	var err error
 	if m.Versions, err = d.Service.Store.Versions(ctx, t.ID, j.ID); err != nil {
 		d.Log.Error("crawl versions", "err", err)
