@@ -73,9 +73,9 @@ type jobsModel struct {
 	CanSteer bool
 	// Held names the pause switch that holds the tenant's crawl work ("":
 	// none).
-	Held string
-	Source   string
-	Errors   []spec.FieldError
+	Held   string
+	Source string
+	Errors []spec.FieldError
 }
 
 func (d Deps) jobsModel(r *http.Request) (jobsModel, error) {
