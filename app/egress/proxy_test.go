@@ -411,7 +411,7 @@ window.gathered = new Promise((resolve) => {
 	page, err := b.Page(ctx)
 	require.NoError(t, err)
 	page = page.Context(ctx)
-	require.NoError(t, page.Navigate("http://" + ln.Addr().String() + "/"))
+	require.NoError(t, page.Navigate("http://"+ln.Addr().String()+"/"))
 	require.NoError(t, page.WaitLoad())
 	// ICE gathering ends when every server was tried (or refused): after
 	// that the page sends nothing more on its own.
