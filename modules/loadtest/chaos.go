@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/fleet"
 )
 
 // Chaos kinds, as named in the report's chaos_hits.
@@ -881,13 +883,42 @@ func (r *runner) partition(ctx context.Context) (int, string) {
 // skewAgent runs with the test-only ClockSkewEnv setting: the last HTTP-only
 // actor agent (its wall clock 3 minutes slow for the whole run).
 func (r *runner) skewAgent() *proc {
-	var last *proc
+	want := r.skewPlan()
 	for _, p := range r.agents {
-		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
-			last = p
+		if p.agent == want {
+			return p
+		}
+	}
+	return nil
+}
+
+// skewPlan is the skewed agent in the plan: the last HTTP-only actor agent
+// that is not the gate agent (the first actor agent of the first tenant).
+func (r *runner) skewPlan() *agentPlan {
+	var gate, last *agentPlan
+	for _, t := range r.tenants {
+		for _, a := range t.Agents {
+			if !a.acts() {
+				continue
+			}
+			if gate == nil && a.Tenant == 0 {
+				gate = a
+				continue
+			}
+			if a.httpOnly() {
+				last = a
+			}
 		}
 	}
 	return last
+}
+
+// skewTenant is the index of the skewed agent's tenant (-1: none).
+func (r *runner) skewTenant() int {
+	if a := r.skewPlan(); a != nil {
+		return a.Tenant
+	}
+	return -1
 }
 
 // checkClockSkew judges the skewed agent: it signed in on the board (its
@@ -901,6 +932,7 @@ func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
 	if p == nil {
 		return 0, "no HTTP-only actor agent"
 	}
+	own := r.skewOwnLoads(ctx, p)
 	signIns := 0
 	for after := int64(0); ; {
 		evs := r.board().Events(after, 1000)
@@ -947,20 +979,92 @@ func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
 			rows.Close()
 		}
 		if checked > 0 {
-			detail := fmt.Sprintf("%s (clock %s off) signed in %d time(s); %d confirmed booking(s): reported act_sent_at within %s of the board's booking time (bound %s)",
-				p.name, clockSkew, signIns, checked, worst.Round(time.Millisecond), skewTolerance)
+			detail := fmt.Sprintf("%s (clock %s off) signed in %d time(s); %s; %d confirmed booking(s): reported act_sent_at within %s of the board's booking time (bound %s)",
+				p.name, clockSkew, signIns, own, checked, worst.Round(time.Millisecond), skewTolerance)
 			if signIns == 0 || worst > skewTolerance {
 				return 0, detail
 			}
 			return 1, detail
 		}
 		if time.Since(start) > time.Minute || !r.sleep(ctx, time.Second) {
-			return 0, fmt.Sprintf("%s (clock %s off) signed in %d time(s) but has no confirmed booking to check", p.name, clockSkew, signIns)
+			return 0, fmt.Sprintf("%s (clock %s off) signed in %d time(s); %s; but it has no confirmed booking to check", p.name, clockSkew, signIns, own)
 		}
 		for _, b := range r.board().Bookings(client) {
 			if b.Account == p.agent.Name && b.Source == "http" {
 				booked[b.LoadID] = b.BookedAt
 			}
+		}
+	}
+}
+
+// Own loads of the skewed agent: the board's loads are open to every
+// client, so whether the skewed agent's single actor won one depended on
+// the dice (in the suite's run it is its tenant's only actor, racing the
+// other tenants' fleets for every load). The step makes its hit certain:
+// it publishes skewLoads loads at skewLoadRate, a rate per mile below
+// otherTenantsMinRate (the floor of every other tenant's filter, far below
+// anything the board's publisher draws), so only the skewed agent's
+// tenant wants them, and pauses that tenant's other actor agents (the
+// operators' per-agent pause, audited) until the skewed agent has
+// confirmed one of them or skewOwnWait has passed, then resumes them.
+const (
+	skewLoads   = 3
+	skewLoadUSD = 25 // for 150–2,350 miles: at most 17 cents a mile
+	// otherTenantsMinRate is the other tenants' filter floor in cents a
+	// mile; the board's publisher draws $1.60–3.40 a mile.
+	otherTenantsMinRate = 100
+	skewOwnWait         = 90 * time.Second
+)
+
+// skewOwnLoads publishes the skewed agent's own loads and waits until it
+// confirmed one (or skewOwnWait passed); it says what it did.
+func (r *runner) skewOwnLoads(ctx context.Context, p *proc) string {
+	tenant := r.tenantIDs[p.agent.Tenant]
+	by := audit.Entry{Actor: "loadtest"}
+	var paused []*proc
+	for _, o := range r.agents {
+		if o != p && o.agent.Tenant == p.agent.Tenant && o.agent.acts() {
+			if _, err := r.fleet.Enqueue(ctx, tenant, o.agentID, fleet.CmdPause, fleet.CommandBody{Reason: "chaos " + KindClockSkew + ": the skewed agent's own loads"}, by); err != nil {
+				r.note("%s: pausing %s: %v", KindClockSkew, o.name, err)
+				continue
+			}
+			paused = append(paused, o)
+		}
+	}
+	defer func() {
+		for _, o := range paused {
+			if _, err := r.fleet.Enqueue(context.WithoutCancel(ctx), tenant, o.agentID, fleet.CmdResume, fleet.CommandBody{}, by); err != nil {
+				r.note("%s: resuming %s: %v", KindClockSkew, o.name, err)
+			}
+		}
+	}()
+	if len(paused) > 0 && !r.sleep(ctx, 2*time.Second) { // the pause reaches them
+		return "stopped"
+	}
+	specs := make([]board.LoadSpec, skewLoads)
+	for i := range specs {
+		specs[i].RateUSD = skewLoadUSD
+	}
+	loads, err := r.board().Publish(ctx, skewLoads, specs)
+	if err != nil {
+		return fmt.Sprintf("its own loads were not published: %v", err)
+	}
+	keys := make([]string, len(loads))
+	for i, l := range loads {
+		keys[i] = l.ID
+	}
+	start := time.Now()
+	for {
+		var n int
+		err := r.super.QueryRow(ctx, `SELECT count(*) FROM claims WHERE holder_agent = $1 AND state = 'CONFIRMED' AND target_job_key = ANY($2)`,
+			p.agentID, keys).Scan(&n)
+		if err == nil && n > 0 {
+			return fmt.Sprintf("%d own load(s) published (%d other actor agent(s) of its tenant paused meanwhile), %d confirmed by it after %s",
+				len(keys), len(paused), n, time.Since(start).Round(100*time.Millisecond))
+		}
+		if time.Since(start) > skewOwnWait || !r.sleep(ctx, 500*time.Millisecond) {
+			return fmt.Sprintf("%d own load(s) published (%d other actor agent(s) of its tenant paused meanwhile), none confirmed by it within %s",
+				len(keys), len(paused), skewOwnWait)
 		}
 	}
 }

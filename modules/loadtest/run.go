@@ -279,13 +279,19 @@ func (r *runner) setup(ctx context.Context) error {
 	bcfg.Listen = strings.TrimPrefix(r.brd.URL(), "http://")
 	r.bcfg = bcfg
 
-	for _, t := range r.tenants {
+	for ti, t := range r.tenants {
 		var id string
 		if err := r.super.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ($1, $2) RETURNING id::text`, t.Slug, t.Name).Scan(&id); err != nil {
 			return fmt.Errorf("loadtest: create tenant: %w", err)
 		}
 		r.tenantIDs = append(r.tenantIDs, id)
-		if _, err := r.eng.PutFilter(ctx, ops, id, claim.Filter{Name: "everything", Enabled: true}); err != nil {
+		// Every load, but for the skewed agent's tenant's own loads
+		// (agent_clock_skew), which only that tenant wants.
+		f := claim.Filter{Name: "everything", Enabled: true}
+		if ti != r.skewTenant() {
+			f = claim.Filter{Name: "everything above the clock-skew loads", Enabled: true, MinRatePerMileCents: otherTenantsMinRate}
+		}
+		if _, err := r.eng.PutFilter(ctx, ops, id, f); err != nil {
 			return err
 		}
 		// The tenant's setting states what the board does, or its agents
