@@ -156,6 +156,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("assistant: %w", err)
 	}
 	defer st.Close()
+	pctx, stopPrune := context.WithCancel(ctx)
+	pruned := make(chan struct{})
+	go func() { defer close(pruned); pruneLoop(pctx, st, cfg.Clock, log) }()
+	defer func() { stopPrune(); <-pruned }() // before the store closes
 	key, err := vault.Load(os.Getenv("FLEET_ASSISTANT_SECRET_KEY"), filepath.Join(cfg.StateDir, "secret.key"), true)
 	if err != nil {
 		return fmt.Errorf("assistant: %w", err)

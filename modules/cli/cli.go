@@ -100,7 +100,7 @@ func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
 		versionCommands(), migrateCommands(), adminCommands(), auditCommands(), agentCommands(),
 		limitCommands(), retentionCommands(), privacyCommands(),
-		assistantCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
+		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
 		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
 }

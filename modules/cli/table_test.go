@@ -47,7 +47,12 @@ func TestWrongInputIsOneLineNamingItWithStatus2(t *testing.T) {
 		{[]string{"assistant", "model-stub", "--script=" + filepath.Join(t.TempDir(), "none.json")}, "is neither a built-in script (post, injection) nor a readable file", "assistant model-stub --help"},
 		{[]string{"assistant", "studio", "--outside"}, "--outside needs a value", "assistant studio --help"},
 		{[]string{"assistant", "eval", "--model-endpoint=claude"}, "must be one of ollama, openai", "assistant eval --help"},
-		{[]string{"assistant", "chat"}, `unknown command "assistant chat"; assistant takes: model-stub, studio, eval`, "assistant --help"},
+		{[]string{"assistant", "chat"}, `unknown command "assistant chat"; assistant takes: model-stub, studio, eval, retention, export, erase`, "assistant --help"},
+		{[]string{"assistant", "retention", "set", "photos", "30"}, `unknown kind "photos"; kinds: assistant_conversations, assistant_page_text, assistant_screenshots`, "assistant retention set --help"},
+		{[]string{"assistant", "retention", "set", "assistant_page_text", "soon", "--state-dir=/nonexistent"}, `"soon" is not a number of days`, "assistant retention set --help"},
+		{[]string{"assistant", "retention", "show"}, "--state-dir is required", "assistant retention show --help"},
+		{[]string{"assistant", "export", "--state-dir=" + t.TempDir()}, "no assistant state in", "assistant export --help"},
+		{[]string{"assistant", "erase", "--state-dir=" + t.TempDir()}, "add --confirm erase", "assistant erase --help"},
 		{[]string{"crawl", "validate"}, "takes at least 1 argument(s) (FILE…), got 0", "crawl validate --help"},
 		{[]string{"crawl", "apply", "job.yaml"}, "--tenant is required", "crawl apply --help"},
 		{[]string{"crawl", "run", "--tenant=acme"}, "takes 1 argument(s) (NAME), got 0", "crawl run --help"},
@@ -175,7 +180,8 @@ func TestHelpIsFilteredByRole(t *testing.T) {
 	require.Equal(t, table().Names(), all)
 	require.Subset(t, all, []string{"admin dispatch-mode", "crawl proxy add", "crawl captcha authorise"})
 	require.Equal(t, []string{"version", "agent reset-state", "fetch", "unit-failed"}, helpNames(t, "agent"))
-	require.Equal(t, []string{"version", "assistant model-stub", "assistant studio", "assistant eval", "fetch", "unit-failed"}, helpNames(t, "assistant"))
+	require.Equal(t, []string{"version", "assistant model-stub", "assistant studio", "assistant eval",
+		"assistant retention show", "assistant retention set", "assistant retention run", "assistant export", "assistant erase", "fetch", "unit-failed"}, helpNames(t, "assistant"))
 	panel := helpNames(t, "panel")
 	require.Contains(t, panel, "admin create-user")
 	require.Contains(t, panel, "privacy erase")
