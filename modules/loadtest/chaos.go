@@ -41,6 +41,9 @@ const (
 	// panelPingEvery is the replicas' ping interval (fleet.GatewayConfig's
 	// default); each side drops a connection silent for two of them.
 	panelPingEvery = 15 * time.Second
+	// partitionGrace is how much longer a cut lasts while the panel has not
+	// dropped the silent agent yet.
+	partitionGrace = 2 * panelPingEvery
 	// reconnectWithin bounds the agent's reconnect once traffic resumes.
 	reconnectWithin = 30 * time.Second
 	// commitLateWindow is how long board_commit_after_grace answers 504.
@@ -842,7 +845,12 @@ func (r *runner) partition(ctx context.Context) (int, string) {
 		// dropped the agent yet), so the panel gets its two ping intervals
 		// of running time whatever chaos overlaps.
 		frozenFor := time.Duration(0)
-		for tick := time.Now(); time.Since(cut) < hold+frozenFor; {
+		// And a panel slow to notice on a loaded machine (its timers late)
+		// gets up to partitionGrace more before the cut ends: the step
+		// ends the cut once the panel dropped the agent, so it hits unless
+		// the panel failed to notice a silence that long.
+		for tick := time.Now(); time.Since(cut) < hold+frozenFor ||
+			(panelDropped == 0 && time.Since(cut) < hold+frozenFor+partitionGrace); {
 			if ok, _ := r.agentConnected(bctx, p); !ok && panelDropped == 0 {
 				panelDropped = time.Since(cut)
 			}
