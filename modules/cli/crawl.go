@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -294,11 +293,12 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 		return err
 	}
 	stdout, cols := c.Stdout, j.Spec.Extract.Order
-	var cw *csv.Writer
+	var cw *crawl.ItemsCSV
 	switch o.format {
 	case "csv":
-		cw = csv.NewWriter(stdout)
-		_ = cw.Write(append([]string{"key", "first_seen", "last_seen", "changed_at"}, cols...))
+		if cw, err = crawl.NewItemsCSV(stdout, cols); err != nil {
+			return err
+		}
 	case "table":
 		fmt.Fprintf(stdout, "%s\n", strings.Join(append([]string{"KEY", "FIRST SEEN"}, cols...), "\t"))
 	}
@@ -321,15 +321,13 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 			case "jsonl":
 				_ = enc.Encode(it)
 			case "csv":
-				row := []string{it.Key, it.FirstSeen.UTC().Format(time.RFC3339), it.LastSeen.UTC().Format(time.RFC3339), it.ChangedAt.UTC().Format(time.RFC3339)}
-				for _, col := range cols {
-					row = append(row, cell(it.Data[col]))
+				if err := cw.Write(it); err != nil {
+					return err
 				}
-				_ = cw.Write(row)
 			default:
 				row := []string{it.Key, it.FirstSeen.UTC().Format("2006-01-02 15:04:05")}
 				for _, col := range cols {
-					row = append(row, cell(it.Data[col]))
+					row = append(row, crawl.Cell(it.Data[col]))
 				}
 				fmt.Fprintln(stdout, strings.Join(row, "\t"))
 			}
@@ -340,24 +338,9 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 		}
 	}
 	if cw != nil {
-		cw.Flush()
+		return cw.Flush()
 	}
 	return nil
-}
-
-// cell renders an item value for CSV and tables.
-func cell(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	default:
-		b, _ := json.Marshal(x)
-		return string(b)
-	}
 }
 
 func crawlPause(pause bool) func(ctx context.Context, c *Call, o *tenantOption) error {
