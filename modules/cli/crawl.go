@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/fleetwright/fleetwright/app/config"
+	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/schedule"
@@ -88,11 +89,7 @@ func withCrawl(ctx context.Context, c *Call, slug string, fn func(svc *crawl.Ser
 	if slug == "" {
 		return usagef("--tenant is required")
 	}
-	err := c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
-		t, err := tenantBySlug(ctx, pool, slug)
-		if err != nil {
-			return err
-		}
+	err := withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t claim.Tenant) error {
 		rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 		if err != nil {
 			return fmt.Errorf("crawl: river: %w", err)

@@ -1,10 +1,8 @@
 package crawl
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/fleetwright/fleetwright/app/csvsafe"
@@ -46,19 +44,4 @@ func (c *ItemsCSV) Flush() error {
 		return fmt.Errorf("crawl: items csv: %w", err)
 	}
 	return nil
-}
-
-// Cell renders an item value for a table or CSV.
-func Cell(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	default:
-		b, _ := json.Marshal(x)
-		return string(b)
-	}
 }

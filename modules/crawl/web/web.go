@@ -361,7 +361,8 @@ func (d Deps) export(w http.ResponseWriter, r *http.Request, tenant string, j cr
 	}
 }
 
-// Cell renders an item value for a table.
+// Cell renders an item value for a table or CSV (crawl.Cell, named here
+// for the pages).
 func Cell(v any) string { return crawl.Cell(v) }
 
 func (d Deps) trace(w http.ResponseWriter, r *http.Request) {
