@@ -72,21 +72,3 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int {
 	require.NoError(t, c.QueryRow(ctx, sql, args...).Scan(&n), sql)
 	return n
 }
-
-// migrate says so when the schema is current, and refuses (exit 1, nothing
-// changed) a schema holding a migration this binary does not ship.
-func TestMigrateRefusesASchemaOfANewerRelease(t *testing.T) {
-	b := setup(t)
-	r := b.run(t, "", "migrate")
-	require.Equal(t, 0, r.code, r)
-	require.Contains(t, r.stdout, "migrations up to date")
-
-	_, err := b.d.Owner.Exec(context.Background(), "INSERT INTO schema_migrations (version) VALUES ('9999_from_a_newer_release')")
-	require.NoError(t, err)
-	r = b.run(t, "", "migrate")
-	require.NotEqual(t, 0, r.code, r)
-	require.NotContains(t, r.stdout, "up to date", r)
-	require.Contains(t, r.stderr, "9999_from_a_newer_release", r)
-	require.Contains(t, r.stderr, "this binary (release v-test) does not ship", r)
-	require.Contains(t, r.stderr, "Run the release that applied it", r)
-}
