@@ -1,4 +1,4 @@
-package agent
+package link
 
 import (
 	"math/rand/v2"
@@ -31,9 +31,9 @@ func TestAuthPauseSchedule(t *testing.T) {
 }
 
 func TestNetBackoff(t *testing.T) {
-	require.Equal(t, 500*time.Millisecond, netBackoff(1, 0))
-	require.Equal(t, time.Second, netBackoff(1, 1))
-	require.Equal(t, 4*time.Second, netBackoff(3, 1))
-	require.Equal(t, NetBackoffMax, netBackoff(50, 1))
-	require.Equal(t, NetBackoffMax/2, netBackoff(50, 0))
+	require.Equal(t, 500*time.Millisecond, NetBackoff(1, 0))
+	require.Equal(t, time.Second, NetBackoff(1, 1))
+	require.Equal(t, 4*time.Second, NetBackoff(3, 1))
+	require.Equal(t, NetBackoffMax, NetBackoff(50, 1))
+	require.Equal(t, NetBackoffMax/2, NetBackoff(50, 0))
 }
