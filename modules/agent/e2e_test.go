@@ -86,7 +86,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 	require.NoError(t, err)
 	// The board honours keys, and the tenant's setting says so (or the
 	// agents refuse to claim).
-	require.NoError(t, e.eng.SetHonoursIdempotency(ctx, ops, e.tenant, claim.DefaultPlatform, true))
+	require.NoError(t, e.eng.SetHonoursIdempotency(ctx, ops, e.tenant, claim.DefaultPlatform, bcfg.IdempotencyKeys))
 	_, err = e.eng.PutFilter(ctx, ops, e.tenant, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 
