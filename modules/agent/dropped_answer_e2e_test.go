@@ -64,6 +64,7 @@ func TestCommittedAnswerLostOnAReusedConnectionBooksOnce(t *testing.T) {
 					}
 				}
 			}
+			t.Logf("answers lost on a reused connection: %v, over %d loads", droppedBy, len(published))
 			for acct, what := range actors {
 				require.NotZero(t, droppedBy[acct], "the %s (%s) lost no answer: the path was not exercised", what, acct)
 			}
