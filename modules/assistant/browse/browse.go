@@ -74,16 +74,20 @@ type Session struct {
 	allow   func(host string) bool
 	blocked []string
 
-	// writes, writing, lost and wg are ClickOnce's (once.go).
-	writes  http.RoundTripper
-	writing bool
-	lost    []string
-	wg      sync.WaitGroup
+	// writes, writing, seen, inflight, idle and lost are ClickOnce's
+	// (once.go), under mu.
+	writes   http.RoundTripper
+	writing  bool
+	seen     chan struct{} // closed at the action's first write
+	inflight int
+	idle     *sync.Cond // inflight reached 0
+	lost     []string
 }
 
 // Open launches or attaches.
 func Open(ctx context.Context, o Options) (*Session, error) {
 	s := &Session{check: o.Check, writes: o.Writes}
+	s.idle = sync.NewCond(&s.mu)
 	if o.Attach != "" {
 		u := o.Attach
 		if !strings.HasPrefix(u, "ws") {

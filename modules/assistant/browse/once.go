@@ -32,6 +32,11 @@ func safeMethod(m string) bool {
 	return false
 }
 
+// writeHold is how long ClickOnce keeps sending writes itself, after the
+// click's requests went idle, while the click has made none yet: a page
+// may post a moment after the click (its script awaits something first).
+const writeHold = 5 * time.Second
+
 // ClickOnce is Click for an approved action that changes something on a
 // site (publish, send, buy): while it runs, every request the page makes
 // with a method that may change something is sent by the session itself,
@@ -46,15 +51,25 @@ func (s *Session) ClickOnce(ctx context.Context, id string, n int, settle time.D
 	if s.writes == nil {
 		return errors.New("browse: no transport for the page's writes (Options.Writes)")
 	}
+	seen := make(chan struct{})
 	s.mu.Lock()
-	s.writing, s.lost = true, nil
+	s.writing, s.seen, s.lost = true, seen, nil
 	s.mu.Unlock()
 	err := s.Click(ctx, id, n, settle)
+	if err == nil {
+		hold := time.NewTimer(min(settle, writeHold))
+		select {
+		case <-seen:
+		case <-hold.C:
+		case <-ctx.Done():
+		}
+		hold.Stop()
+	}
 	s.mu.Lock()
-	s.writing = false // no write is taken after this, so Wait sees them all
-	s.mu.Unlock()
-	s.wg.Wait()
-	s.mu.Lock()
+	s.writing = false // no write is taken after this
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
 	lost := s.lost
 	s.lost = nil
 	s.mu.Unlock()
@@ -75,15 +90,32 @@ func (s *Session) inWrite(h *rod.Hijack) bool {
 	if !s.writing || safeMethod(h.Request.Method()) {
 		return false
 	}
-	s.wg.Add(1)
+	if s.inflight == 0 && s.seen != nil {
+		select {
+		case <-s.seen:
+		default:
+			close(s.seen)
+		}
+	}
+	s.inflight++
 	return true
+}
+
+// writeDone ends one write sendOnce took.
+func (s *Session) writeDone() {
+	s.mu.Lock()
+	s.inflight--
+	if s.inflight == 0 {
+		s.idle.Broadcast()
+	}
+	s.mu.Unlock()
 }
 
 // sendOnce sends a paused write of the page through Options.Writes with
 // the browser's cookies for its URL, and fulfils the page's request with
 // the answer (or fails it when the answer was lost).
 func (s *Session) sendOnce(h *rod.Hijack) {
-	defer s.wg.Done()
+	defer s.writeDone()
 	u := h.Request.URL()
 	what := h.Request.Method() + " " + u.Scheme + "://" + u.Host + u.Path
 	lose := func(why string) {
