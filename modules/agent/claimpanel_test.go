@@ -54,6 +54,7 @@ type claimPanel struct {
 	outcomes chan wire.Outcome
 	events   chan wire.Event
 	lookups  chan wire.LookupResult
+	commands sync.Map // command id → wire.CommandResult: the agent carried it out
 
 	mu   sync.Mutex
 	conn *websocket.Conn
@@ -260,7 +261,20 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		p.mu.Unlock()
 	case wire.LookupResult:
 		p.lookups <- m
+	case wire.CommandResult:
+		p.commands.Store(m.CommandID, m)
 	}
+}
+
+// command sends a command and waits for the agent's result: the agent
+// answers once the command has taken effect (a pause is set).
+func (p *claimPanel) command(t *testing.T, m wire.Message, id string) {
+	t.Helper()
+	require.NoError(t, p.send(m))
+	require.Eventually(t, func() bool { _, ok := p.commands.Load(id); return ok }, 10*time.Second, 5*time.Millisecond,
+		"the agent answered command %s", id)
+	r, _ := p.commands.Load(id)
+	require.True(t, r.(wire.CommandResult).OK, "command %s: %+v", id, r)
 }
 
 // offer sends an offer for a board load.

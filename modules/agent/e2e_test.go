@@ -185,7 +185,7 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 		for _, l := range loads {
 			keys = append(keys, l.ID)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // real time: the publishing rate is the load's shape
 	}
 	require.Len(t, keys, 200)
 
@@ -208,6 +208,8 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 		if c, open := settled(); c == len(keys) || len(open) == 0 {
 			break
 		}
+		// A bounded poll that ends as soon as everything settled; it does
+		// not fail by itself: the checks below explain every miss.
 		time.Sleep(500 * time.Millisecond)
 	}
 	stats := brd.Stats()
