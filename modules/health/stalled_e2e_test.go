@@ -180,6 +180,9 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	}
 	require.Eventually(t, running, 2*time.Minute, 250*time.Millisecond, "the watcher runs")
 	// Healthy for longer than its threshold: never hung while it reads.
+	// Real time, not an event: the agent is a separate process whose
+	// watcher reports on its own clock, and what is shown is that no alarm
+	// is raised across the threshold.
 	time.Sleep(25 * time.Second)
 	open, err := alarm.IsOpen(ctx, d.App, tenant, "worker.hung", workerKey)
 	require.NoError(t, err)
