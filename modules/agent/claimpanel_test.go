@@ -29,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -81,7 +82,7 @@ func newClaimPanel(t *testing.T, boardURL string, creds wire.Credentials, worker
 	testenv.PostgresServer(t)
 	d := testenv.DB(t)
 	var tenant string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&tenant))
+	tenant = factory.Tenant(t, d, "acme", "Acme Freight")
 	rc, err := river.NewClient(riverpgxv5.New(d.App), &river.Config{})
 	require.NoError(t, err)
 	p := &claimPanel{t: t, claims: claim.NewStore(d.App, rc), db: d, tenant: tenant, agentID: uuid(),

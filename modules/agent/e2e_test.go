@@ -26,6 +26,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -67,7 +68,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 
 	e := &e2e{ctx: ctx, d: d, board: brd, store: fleet.NewStore(d.App, v), agents: map[string]*testenv.Proc{},
 		redis: testenv.RedisURL(t)}
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&e.tenant))
+	e.tenant = factory.Tenant(t, d, "acme", "Acme Freight")
 	tokens := map[string]string{}
 	for i, kind := range kinds {
 		user := fmt.Sprintf("acme-%d", i+1)

@@ -16,10 +16,10 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/health"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -44,10 +44,9 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &bundle{d: testenv.DB(t), clk: clock.NewFake(time.Now())}
-	v, err := vault.New(make([]byte, vault.KeySize))
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	b.fl = fleet.NewStore(b.d.App, v)
-	require.NoError(t, b.d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&b.tenant))
+	b.tenant = factory.Tenant(t, b.d, "acme", "Acme")
 	acct, err := b.fl.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u",
 		Password: "Board-Password-1", TOTPSecret: "JBSWY3DPEHPK3PXP",
 		Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}, {Name: "actor-1", Kind: "http_actor"}}}, by)

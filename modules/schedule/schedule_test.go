@@ -20,6 +20,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
@@ -67,11 +68,7 @@ func setup(t *testing.T, handle schedule.Handler) *bundle {
 
 func (b *bundle) tenant(t *testing.T, slug string) string {
 	t.Helper()
-	var id string
-	if err := b.d.Owner.QueryRow(context.Background(), `INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return factory.Tenant(t, b.d, slug, slug)
 }
 
 func (b *bundle) runAll(t *testing.T, tenant string) {
