@@ -55,11 +55,8 @@ func newRig(t *testing.T, ctx context.Context, solvers map[string]crawl.SolverFa
 	r := &rig{d: d}
 	r.tenant = factory.Tenant(t, d, "acme", "Acme")
 	fst := fleet.NewStore(d.App, v)
-	acct, err := fst.CreateAccount(ctx, r.tenant, fleet.AccountInput{Key: "crawler-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "crawler-1",
-		Password: "unused-crawler-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: agent.KindCrawler}}}, ops)
-	require.NoError(t, err)
-	_, token, err := fst.CreateAgent(ctx, r.tenant, acct, "agent-1", ops)
-	require.NoError(t, err)
+	acct := factory.Account(t, fst, r.tenant, fleet.AccountInput{Key: "crawler-1", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: agent.KindCrawler}}})
+	_, token := factory.Agent(t, fst, r.tenant, acct, "agent-1")
 
 	var inst string
 	require.NoError(t, d.App.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&inst))

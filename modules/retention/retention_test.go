@@ -17,7 +17,6 @@ import (
 	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/retention"
-	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -83,11 +82,8 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	var acme string
 	acme = factory.Tenant(t, d, "acme", "Acme")
 	ops := audit.Entry{Actor: "test"}
-	acct, err := st.CreateAccount(ctx, acme, fleet.AccountInput{Key: "acct", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u",
-		Password: "unused-pw-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "w", Kind: "watcher"}}}, ops)
-	require.NoError(t, err)
-	agent, _, err := st.CreateAgent(ctx, acme, acct, "agent-1", ops)
-	require.NoError(t, err)
+	acct := factory.Account(t, st, acme, fleet.AccountInput{Key: "acct", Workers: factory.Workers("watcher")})
+	agent, _ := factory.Agent(t, st, acme, acct, "agent-1")
 	// A superuser writes and reads behind row-level security.
 	super, err := pgx.Connect(ctx, d.SuperURL)
 	require.NoError(t, err)
