@@ -43,12 +43,17 @@ func sightingSurvives(t *testing.T, mode string) {
 	b.engine.SetCells(m)
 	require.NoError(t, m.Start(ctx))
 	t.Cleanup(m.Stop)
-	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // assign: the warm actors are published
+	if mode == claim.DispatchAssign {
+		waitWarm(t, b.engine, b.tenant, 1)
+	}
 
-	// Postgres refuses to record jobs (as when it is unreachable).
+	// Postgres refuses to record jobs (as when it is unreachable). Each
+	// refusal is counted in a sequence, which a rollback does not undo.
 	_, err := b.db.Owner.Exec(ctx, `
+		CREATE SEQUENCE test_refusals;
+		GRANT USAGE ON SEQUENCE test_refusals TO PUBLIC;
 		CREATE FUNCTION test_refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN RAISE EXCEPTION 'test: the database is unreachable'; END $$;
+		BEGIN PERFORM nextval('test_refusals'); RAISE EXCEPTION 'test: the database is unreachable'; END $$;
 		CREATE TRIGGER test_refuse_record BEFORE INSERT ON claim_jobs FOR EACH ROW EXECUTE FUNCTION test_refuse_record();`)
 	require.NoError(t, err)
 
@@ -60,7 +65,12 @@ func sightingSurvives(t *testing.T, mode string) {
 	}
 	sight("LD-KEPT", time.Now().Add(10*time.Minute))
 	sight("LD-GONE", time.Now().Add(90*time.Second))
-	time.Sleep(500 * time.Millisecond) // the first dispatches fail
+	// The first dispatches of both fail.
+	require.Eventually(t, func() bool {
+		var n int64
+		err := b.db.Owner.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM test_refusals`).Scan(&n)
+		return err == nil && n >= 2
+	}, 10*time.Second, 10*time.Millisecond, "Postgres refused to record both jobs")
 	recorded := func(key string) bool {
 		_, err := b.store.JobRecord(ctx, b.tenant, key)
 		return err == nil
