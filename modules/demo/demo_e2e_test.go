@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/pquerna/otp/totp"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
@@ -473,10 +472,17 @@ func stop(t *testing.T, p *testenv.Proc, data string) {
 // waitUntil polls cond until it holds, failing with its last word otherwise.
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	deadline := time.Now().Add(timeout)
+	for {
 		ok, last := cond()
-		assert.True(c, ok, "last: %s", last)
-	}, timeout, 200*time.Millisecond, what)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s (last: %s)", what, timeout, last)
+		}
+		time.Sleep(200 * time.Millisecond) // a poll for cond, as require.Eventually would, keeping cond's last word
+	}
 }
 
 // agentLogs shows the end of every agent's log, for a failed run.
