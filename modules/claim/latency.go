@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"html"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetwright/fleetwright/app/csvsafe"
 	"github.com/fleetwright/fleetwright/app/db"
 )
 
@@ -107,7 +107,7 @@ func (s *Store) Window(ctx context.Context, tenant string, window time.Duration,
 // WriteCSV writes one row per claim: its timestamps, stage durations in
 // milliseconds and the clock error bound.
 func WriteCSV(w io.Writer, claims []Claim) error {
-	cw := csv.NewWriter(w)
+	cw := csvsafe.NewWriter(w)
 	head := []string{"job", "state", "cell", "worker", "token", "published_at", "seen_at", "queued_at", "leased_at",
 		"act_sent_at", "confirmed_at", "clock_error_ms"}
 	for _, s := range Stages {
@@ -124,7 +124,7 @@ func WriteCSV(w io.Writer, claims []Claim) error {
 	}
 	for _, c := range claims {
 		leased := c.LeasedAt
-		row := []string{csvText(c.Key), string(c.State), csvText(c.Cell), csvText(c.Holder.Worker), strconv.FormatInt(c.Token, 10),
+		row := []string{c.Key, string(c.State), c.Cell, c.Holder.Worker, strconv.FormatInt(c.Token, 10),
 			ts(c.PublishedAt), ts(c.SeenAt), ts(c.QueueAt), ts(&leased), ts(c.ActSentAt), ts(c.ConfirmedAt),
 			strconv.FormatInt(c.ClockErrorMS, 10)}
 		d := c.StageDurations()
@@ -139,8 +139,7 @@ func WriteCSV(w io.Writer, claims []Claim) error {
 			return err
 		}
 	}
-	cw.Flush()
-	return cw.Error()
+	return cw.Flush()
 }
 
 // histBounds are the histogram's bucket upper bounds (ms).
