@@ -308,15 +308,9 @@ func (h *harness) result(t *testing.T) error {
 // returns it.
 func (h *harness) nextSleep(t *testing.T, seen int) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if s := h.clk.Sleeps(); len(s) > seen {
-			return s[seen]
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("agent did not pause (seen %d)", seen)
-	return 0
+	require.Eventually(t, func() bool { return len(h.clk.Sleeps()) > seen }, 10*time.Second, time.Millisecond,
+		"agent did not pause (seen %d)", seen)
+	return h.clk.Sleeps()[seen]
 }
 
 // filesContaining lists the files under dir holding any of the needles.

@@ -186,6 +186,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			_, err := guard.Check(ctx, "tcp", hostport)
 			return err
 		}}
+	// An approved action's writes are sent by the assistant itself, once
+	// each, on a fresh connection through the guard (browse.ClickOnce):
+	// never kept alive, so never on a reused connection, never resent.
+	writes := guard.Transport(nil)
+	writes.DisableKeepAlives, writes.ForceAttemptHTTP2 = true, false
+	bo.Writes = writes
 	if cfg.Attach == "" {
 		// A launched Chromium reaches the network only through the guard's
 		// proxy (loopback included), which checks at dial time.
