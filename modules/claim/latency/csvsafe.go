@@ -1,4 +1,4 @@
-package claim
+package latency
 
 // csvText neutralises a text cell that a spreadsheet would read as a
 // formula: job keys and worker names come from boards and agents, and a

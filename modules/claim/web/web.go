@@ -1,11 +1,13 @@
-package claim
+// Package web is the claim engine's console: each tenant's claims (with
+// their conflicts and safety counts), latency (percentiles, histograms, CSV)
+// and claim settings (pause, limits, filters, reviews, platforms, dispatch
+// mode), the cells and the routing of tenants to them, and the global pause.
+package web
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fleetwright/fleetwright/app/server"
-	"github.com/fleetwright/fleetwright/views"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,20 +17,24 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/claim/latency"
+	"github.com/fleetwright/fleetwright/views"
 )
 
-// WebDeps are what the claim pages need from the panel.
-type WebDeps struct {
-	Engine *Engine
+// Deps are what the claim pages need from the panel.
+type Deps struct {
+	Engine *claim.Engine
 	Shell  *auth.Shell
 	Log    *slog.Logger
 }
 
 type web struct {
-	WebDeps
+	Deps
 }
 
 // Mount declares the claim engine's console pages: each tenant's claims,
@@ -36,7 +42,7 @@ type web struct {
 // the cells and tenant routing (cells.manage) and the global pause
 // (settings.manage). Every change is audited in the transaction that makes
 // it.
-func Mount(r chi.Router, d WebDeps) {
+func Mount(r chi.Router, d Deps) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
@@ -114,17 +120,17 @@ func tenantTabs(slug string) []tab {
 
 type claimsModel struct {
 	Slug        string
-	Tenant      Tenant
+	Tenant      claim.Tenant
 	State       string
 	Worker      string
 	Window      string
-	Claims      []Claim
+	Claims      []claim.Claim
 	Dups        int
-	Safety      SafetyCounts
-	Conflicts   []Conflict
+	Safety      claim.SafetyCounts
+	Conflicts   []claim.Conflict
 	Query       string
 	FleetPaused bool
-	States      []State
+	States      []claim.State
 }
 
 func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
@@ -133,28 +139,28 @@ func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 	at, _ := auth.TenantFrom(ctx)
 	q := r.URL.Query()
 	win := parseWindow(q.Get("window"), 10*time.Minute)
-	m := claimsModel{Slug: at.Slug, State: q.Get("state"), Worker: strings.TrimSpace(q.Get("worker")), Window: shortDur(win), States: Stored}
-	if m.State != "" && !State(m.State).Stored() {
+	m := claimsModel{Slug: at.Slug, State: q.Get("state"), Worker: strings.TrimSpace(q.Get("worker")), Window: shortDur(win), States: claim.Stored}
+	if m.State != "" && !claim.State(m.State).Stored() {
 		m.State = ""
 	}
 	m.Query = fmt.Sprintf("state=%s&worker=%s&window=%s", m.State, m.Worker, m.Window)
 	var err error
-	if m.Tenant, err = w.Engine.store.TenantByID(ctx, at.ID); err != nil {
+	if m.Tenant, err = w.Engine.Store().TenantByID(ctx, at.ID); err != nil {
 		return m, err
 	}
-	if m.Claims, err = w.Engine.store.Recent(ctx, at.ID, win, State(m.State), m.Worker, 500); err != nil {
+	if m.Claims, err = w.Engine.Store().Recent(ctx, at.ID, win, claim.State(m.State), m.Worker, 500); err != nil {
 		return m, err
 	}
-	if m.Dups, _, err = w.Engine.store.DuplicateConfirmations(ctx, at.ID); err != nil {
+	if m.Dups, _, err = w.Engine.Store().DuplicateConfirmations(ctx, at.ID); err != nil {
 		return m, err
 	}
-	if m.Safety, err = w.Engine.store.Safety(ctx, at.ID); err != nil {
+	if m.Safety, err = w.Engine.Store().Safety(ctx, at.ID); err != nil {
 		return m, err
 	}
-	if m.Conflicts, err = w.Engine.store.Conflicts(ctx, at.ID, 20); err != nil {
+	if m.Conflicts, err = w.Engine.Store().Conflicts(ctx, at.ID, 20); err != nil {
 		return m, err
 	}
-	m.FleetPaused, err = w.Engine.store.FleetPaused(ctx)
+	m.FleetPaused, err = w.Engine.Store().FleetPaused(ctx)
 	return m, err
 }
 
@@ -181,14 +187,14 @@ type latencyModel struct {
 	Name   string
 	Window string
 	By     string
-	Groups []Group
+	Groups []latency.Group
 	Hists  []string
 	Series string
 	N      int
 	Query  string
 }
 
-func (w *web) latencyData(r *http.Request) (latencyModel, []Claim, error) {
+func (w *web) latencyData(r *http.Request) (latencyModel, []claim.Claim, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	at, _ := auth.TenantFrom(ctx)
@@ -199,7 +205,7 @@ func (w *web) latencyData(r *http.Request) (latencyModel, []Claim, error) {
 		m.By = ""
 	}
 	m.Query = fmt.Sprintf("window=%s&by=%s", m.Window, m.By)
-	claims, err := w.Engine.store.Window(ctx, at.ID, win, 50000)
+	claims, err := w.Engine.Store().Window(ctx, at.ID, win, 50000)
 	return m, claims, err
 }
 
@@ -210,11 +216,11 @@ func (w *web) latencyPage(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.N = len(claims)
-	m.Groups = GroupBy(claims, m.By)
-	for _, s := range Stages {
-		m.Hists = append(m.Hists, HistogramSVG(s, claims))
+	m.Groups = latency.GroupBy(claims, m.By)
+	for _, s := range claim.Stages {
+		m.Hists = append(m.Hists, latency.HistogramSVG(s, claims))
 	}
-	m.Series = SeriesSVG(StageDetectAction, claims)
+	m.Series = latency.SeriesSVG(claim.StageDetectAction, claims)
 	views.Render(rw, r, http.StatusOK, latencyPage(w.Shell.Page(rw, r, m.Name+" · Latency"), m))
 }
 
@@ -227,7 +233,7 @@ func (w *web) latencyCSV(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	rw.Header().Set("Cache-Control", "no-store")
 	rw.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="latency-%s-%s.csv"`, m.Slug, m.Window))
-	if err := WriteCSV(rw, claims); err != nil {
+	if err := latency.WriteCSV(rw, claims); err != nil {
 		w.Log.Warn("latency csv cut short", "err", err)
 	}
 }
@@ -241,7 +247,7 @@ type filterInput struct {
 	MinRatePerMile, MaxWeight, MinMiles, MaxMiles string
 }
 
-func inputOf(f Filter) filterInput {
+func inputOf(f claim.Filter) filterInput {
 	in := filterInput{Name: f.Name, Enabled: f.Enabled, Origins: strings.Join(f.Origins, "; "),
 		Destinations: strings.Join(f.Destinations, "; "), Equipment: strings.Join(f.Equipment, "; "),
 		MaxWeight: intOr(f.MaxWeightLbs), MinMiles: intOr(f.MinMiles), MaxMiles: intOr(f.MaxMiles)}
@@ -264,11 +270,11 @@ func (in filterInput) key() string {
 
 type settingsModel struct {
 	Slug        string
-	Tenant      Tenant
+	Tenant      claim.Tenant
 	FleetPaused bool
 	Filters     []filterInput
-	Reviews     []Review
-	Audit       []AuditRecord
+	Reviews     []claim.Review
+	Audit       []claim.AuditRecord
 	Grace       time.Duration
 	CanSteer    bool
 	// Errors by form ("limits", "filter-new", "filter-<id>").
@@ -278,7 +284,7 @@ type settingsModel struct {
 	LimitsSent bool
 	// Platforms and whether each honours idempotency keys; CanAdmin may
 	// change that (settings.manage).
-	Platforms []PlatformSetting
+	Platforms []claim.PlatformSetting
 	CanAdmin  bool
 	// OldAgents: connected agents before protocol v4 (assign mode cannot
 	// grant them a job).
@@ -289,16 +295,16 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	at, _ := auth.TenantFrom(ctx)
-	m := settingsModel{Slug: at.Slug, Grace: w.Engine.cfg.Grace, CanSteer: auth.UserFrom(ctx).Has(auth.FleetSteer), Errors: map[string]string{}}
+	m := settingsModel{Slug: at.Slug, Grace: w.Engine.Config().Grace, CanSteer: auth.UserFrom(ctx).Has(auth.FleetSteer), Errors: map[string]string{}}
 	var err error
-	if m.Tenant, err = w.Engine.store.TenantByID(ctx, at.ID); err != nil {
+	if m.Tenant, err = w.Engine.Store().TenantByID(ctx, at.ID); err != nil {
 		return m, err
 	}
 	m.CapInput, m.RevInput = intOr(m.Tenant.DailyBookingCap), money(m.Tenant.ReviewAboveCents)
-	if m.FleetPaused, err = w.Engine.store.FleetPaused(ctx); err != nil {
+	if m.FleetPaused, err = w.Engine.Store().FleetPaused(ctx); err != nil {
 		return m, err
 	}
-	fs, err := w.Engine.store.Filters(ctx, at.ID)
+	fs, err := w.Engine.Store().Filters(ctx, at.ID)
 	if err != nil {
 		return m, err
 	}
@@ -306,17 +312,17 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 		m.Filters = append(m.Filters, inputOf(f))
 	}
 	m.Filters = append(m.Filters, filterInput{Enabled: true})
-	if m.Reviews, err = w.Engine.store.Reviews(ctx, at.ID, 50); err != nil {
+	if m.Reviews, err = w.Engine.Store().Reviews(ctx, at.ID, 50); err != nil {
 		return m, err
 	}
-	if m.Platforms, err = w.Engine.store.PlatformSettings(ctx, at.ID); err != nil {
+	if m.Platforms, err = w.Engine.Store().PlatformSettings(ctx, at.ID); err != nil {
 		return m, err
 	}
 	m.CanAdmin = auth.UserFrom(ctx).Has(auth.SettingsManage)
-	if m.OldAgents, err = w.Engine.store.OldProtocolAgents(ctx, at.ID); err != nil {
+	if m.OldAgents, err = w.Engine.Store().OldProtocolAgents(ctx, at.ID); err != nil {
 		return m, err
 	}
-	m.Audit, err = w.Engine.store.SettingsLog(ctx, at.ID, 20)
+	m.Audit, err = w.Engine.Store().SettingsLog(ctx, at.ID, 20)
 	return m, err
 }
 
@@ -347,7 +353,7 @@ func (w *web) refuse(rw http.ResponseWriter, r *http.Request, form string, msg s
 func (w *web) pauseTenant(rw http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
 	paused := r.PostFormValue("paused") == "true"
-	if err := w.Engine.store.SetPaused(r.Context(), by(r), t.ID, paused); err != nil {
+	if err := w.Engine.Store().SetPaused(r.Context(), by(r), t.ID, paused); err != nil {
 		w.fail(rw, r, "tenant pause", err)
 		return
 	}
@@ -365,7 +371,7 @@ func optInt(s string) (*int, error) {
 	}
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 {
-		return nil, Invalid(fmt.Sprintf("%q is not a whole number ≥ 0", s))
+		return nil, claim.Invalid(fmt.Sprintf("%q is not a whole number ≥ 0", s))
 	}
 	return &v, nil
 }
@@ -378,7 +384,7 @@ func dollars(s string) (*int64, error) {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f < 0 || f > 1e12 {
-		return nil, Invalid(fmt.Sprintf("%q is not an amount in dollars", s))
+		return nil, claim.Invalid(fmt.Sprintf("%q is not an amount in dollars", s))
 	}
 	c := int64(f*100 + 0.5)
 	return &c, nil
@@ -398,8 +404,8 @@ func (w *web) limits(rw http.ResponseWriter, r *http.Request) {
 		w.refuse(rw, r, "limits", "Review threshold: "+err.Error(), keep)
 		return
 	}
-	err = w.Engine.store.SetLimits(r.Context(), by(r), t.ID, Limits{DailyBookingCap: dailyCap, ReviewAboveCents: review})
-	var inv Invalid
+	err = w.Engine.Store().SetLimits(r.Context(), by(r), t.ID, claim.Limits{DailyBookingCap: dailyCap, ReviewAboveCents: review})
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		w.refuse(rw, r, "limits", inv.Error(), keep)
 		return
@@ -415,26 +421,26 @@ func splitList(s string) []string {
 	return strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == '\n' || r == '|' })
 }
 
-func formFilter(r *http.Request) (filterInput, Filter, error) {
+func formFilter(r *http.Request) (filterInput, claim.Filter, error) {
 	in := filterInput{ID: strings.TrimSpace(r.PostFormValue("id")), Name: r.PostFormValue("name"), Enabled: r.PostFormValue("enabled") != "",
 		Origins: r.PostFormValue("origins"), Destinations: r.PostFormValue("destinations"), Equipment: r.PostFormValue("equipment"),
 		MinRatePerMile: r.PostFormValue("min_rate_per_mile_usd"), MaxWeight: r.PostFormValue("max_weight_lbs"),
 		MinMiles: r.PostFormValue("min_miles"), MaxMiles: r.PostFormValue("max_miles")}
-	f := Filter{Name: in.Name, Enabled: in.Enabled, Origins: splitList(in.Origins), Destinations: splitList(in.Destinations),
+	f := claim.Filter{Name: in.Name, Enabled: in.Enabled, Origins: splitList(in.Origins), Destinations: splitList(in.Destinations),
 		Equipment: splitList(in.Equipment)}
 	var err error
 	if in.ID != "" {
 		if f.ID, err = strconv.ParseInt(in.ID, 10, 64); err != nil || f.ID <= 0 {
-			return in, f, Invalid("there is no such filter")
+			return in, f, claim.Invalid("there is no such filter")
 		}
 	}
 	rpm, err := dollars(in.MinRatePerMile)
 	if err != nil {
-		return in, f, Invalid("Min $/mile: " + err.Error())
+		return in, f, claim.Invalid("Min $/mile: " + err.Error())
 	}
 	if rpm != nil {
 		if *rpm > 1<<31-1 {
-			return in, f, Invalid("Min $/mile is too large")
+			return in, f, claim.Invalid("Min $/mile is too large")
 		}
 		f.MinRatePerMileCents = int(*rpm)
 	}
@@ -444,7 +450,7 @@ func formFilter(r *http.Request) (filterInput, Filter, error) {
 		out   **int
 	}{{"Max lbs", in.MaxWeight, &f.MaxWeightLbs}, {"Min miles", in.MinMiles, &f.MinMiles}, {"Max miles", in.MaxMiles, &f.MaxMiles}} {
 		if *p.out, err = optInt(p.in); err != nil {
-			return in, f, Invalid(p.label + ": " + err.Error())
+			return in, f, claim.Invalid(p.label + ": " + err.Error())
 		}
 	}
 	return in, f, nil
@@ -456,7 +462,7 @@ func (w *web) putFilter(rw http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		_, err = w.Engine.PutFilter(r.Context(), by(r), t.ID, f)
 	}
-	var inv Invalid
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		w.refuse(rw, r, "filter-"+in.key(), inv.Error(), func(m *settingsModel) {
 			for i := range m.Filters {
@@ -478,11 +484,11 @@ func (w *web) deleteFilter(rw http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
 	if err != nil {
-		err = Invalid("there is no such filter")
+		err = claim.Invalid("there is no such filter")
 	} else {
 		err = w.Engine.DeleteFilter(r.Context(), by(r), t.ID, id)
 	}
-	var inv Invalid
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		back(rw, r, tenantPath(r, "/settings"), "bad", "Nothing deleted: "+inv.Error()+".")
 		return
@@ -502,12 +508,12 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := w.Engine.Decide(r.Context(), by(r), t.ID, key, decision == "approve")
-	var inv Invalid
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		back(rw, r, tenantPath(r, "/settings"), "bad", "Nothing decided: "+inv.Error()+".")
 		return
 	}
-	if errors.Is(err, ErrNotOffered) {
+	if errors.Is(err, claim.ErrNotOffered) {
 		w.Log.Warn("approved job not offered again", "tenant", t.Slug, "key", key, "err", err)
 		back(rw, r, tenantPath(r, "/settings"), "warn", "Approved "+key+", but it could not be offered again now (its cell is not claiming).")
 		return
@@ -525,13 +531,13 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request) {
 
 // acrossTenants reads every tenant's claim switches on the audited
 // cross-tenant path (an admin.cross_tenant entry on the system chain).
-func (w *web) acrossTenants(r *http.Request, why string) ([]Tenant, error) {
+func (w *web) acrossTenants(r *http.Request, why string) ([]claim.Tenant, error) {
 	e := by(r)
 	e.Target, e.Detail = r.URL.Path, map[string]any{"reason": why}
-	var out []Tenant
-	err := audit.AcrossTenants(r.Context(), w.Engine.store.pool, e, func(tx pgx.Tx) error {
+	var out []claim.Tenant
+	err := audit.AcrossTenants(r.Context(), w.Engine.Store().Pool(), e, func(tx pgx.Tx) error {
 		var err error
-		out, err = TenantsTx(r.Context(), tx)
+		out, err = claim.TenantsTx(r.Context(), tx)
 		return err
 	})
 	return out, err
@@ -545,7 +551,7 @@ type cellRow struct {
 
 type cellsModel struct {
 	Cells   []cellRow
-	Tenants []Tenant
+	Tenants []claim.Tenant
 	Errors  map[string]string
 	Name    string
 	Watched bool
@@ -553,7 +559,7 @@ type cellsModel struct {
 
 func (w *web) loadCells(r *http.Request) (cellsModel, error) {
 	m := cellsModel{Errors: map[string]string{}}
-	defs, err := cell.ListCells(r.Context(), w.Engine.store.pool)
+	defs, err := cell.ListCells(r.Context(), w.Engine.Store().Pool())
 	if err != nil {
 		return m, err
 	}
@@ -606,7 +612,7 @@ func (w *web) putCell(rw http.ResponseWriter, r *http.Request) {
 	// The Redis URL may carry a password: it is never echoed back.
 	d := cell.Def{Name: strings.TrimSpace(r.PostFormValue("name")), RedisURL: strings.TrimSpace(r.PostFormValue("redis_url"))}
 	err := w.Engine.PutCell(r.Context(), by(r), d)
-	var inv Invalid
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		w.cellRefused(rw, r, "put", strings.TrimPrefix(inv.Error(), "cell: "), d.Name)
 		return
@@ -621,7 +627,7 @@ func (w *web) putCell(rw http.ResponseWriter, r *http.Request) {
 func (w *web) deleteCell(rw http.ResponseWriter, r *http.Request) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	err := w.Engine.DeleteCell(r.Context(), by(r), name)
-	var inv Invalid
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		back(rw, r, "/admin/cells", "bad", "Nothing deleted: "+inv.Error()+".")
 		return
@@ -636,7 +642,7 @@ func (w *web) deleteCell(rw http.ResponseWriter, r *http.Request) {
 func (w *web) routeTenant(rw http.ResponseWriter, r *http.Request) {
 	tenant, name := r.PostFormValue("tenant"), r.PostFormValue("cell")
 	err := w.Engine.RouteTenant(r.Context(), by(r), tenant, name)
-	var inv Invalid
+	var inv claim.Invalid
 	if errors.As(err, &inv) {
 		back(rw, r, "/admin/cells", "bad", "Nothing moved: "+inv.Error()+".")
 		return
@@ -650,18 +656,18 @@ func (w *web) routeTenant(rw http.ResponseWriter, r *http.Request) {
 
 type adminModel struct {
 	FleetPaused bool
-	Tenants     []Tenant
+	Tenants     []claim.Tenant
 	Grace       time.Duration
-	Config      Config
-	Audit       []AuditRecord
+	Config      claim.Config
+	Audit       []claim.AuditRecord
 }
 
 func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
-	m := adminModel{Config: w.Engine.cfg, Grace: w.Engine.cfg.Grace}
+	m := adminModel{Config: w.Engine.Config(), Grace: w.Engine.Config().Grace}
 	var err error
-	if m.FleetPaused, err = w.Engine.store.FleetPaused(r.Context()); err == nil {
+	if m.FleetPaused, err = w.Engine.Store().FleetPaused(r.Context()); err == nil {
 		if m.Tenants, err = w.acrossTenants(r, "show every tenant's pause switch, cap and review threshold"); err == nil {
-			m.Audit, err = w.Engine.store.SettingsLog(r.Context(), audit.System, 20)
+			m.Audit, err = w.Engine.Store().SettingsLog(r.Context(), audit.System, 20)
 		}
 	}
 	if err != nil {
@@ -673,7 +679,7 @@ func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
 
 func (w *web) pauseFleet(rw http.ResponseWriter, r *http.Request) {
 	paused := r.PostFormValue("paused") == "true"
-	if err := w.Engine.store.SetPaused(r.Context(), by(r), "", paused); err != nil {
+	if err := w.Engine.Store().SetPaused(r.Context(), by(r), "", paused); err != nil {
 		w.fail(rw, r, "fleet pause", err)
 		return
 	}
@@ -709,7 +715,7 @@ func fmtTime(t *time.Time) string {
 	return t.UTC().Format("15:04:05.000")
 }
 
-func actOK(c Claim) string {
+func actOK(c claim.Claim) string {
 	if c.ActSentAt == nil || c.ConfirmedAt == nil {
 		return "—"
 	}

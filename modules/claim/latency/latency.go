@@ -1,7 +1,10 @@
-package claim
+// Package latency turns claims into the figures people read: p50/p95/p99 of
+// every stage (for the whole tenant, a cell or a worker), a histogram and a
+// per-minute series drawn as SVG, and the per-claim CSV export. It computes
+// and draws, and reads nothing: the claims come from claim.Store.Window.
+package latency
 
 import (
-	"context"
 	"encoding/csv"
 	"fmt"
 	"html"
@@ -12,9 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/claim"
 )
 
 // Percentiles of one stage in one group.
@@ -40,7 +41,7 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 }
 
 // Summarize computes p50/p95/p99 of every stage over claims.
-func Summarize(name string, claims []Claim) Group {
+func Summarize(name string, claims []claim.Claim) Group {
 	by := map[string][]time.Duration{}
 	for _, c := range claims {
 		for s, d := range c.StageDurations() {
@@ -48,7 +49,7 @@ func Summarize(name string, claims []Claim) Group {
 		}
 	}
 	g := Group{Name: name}
-	for _, s := range Stages {
+	for _, s := range claim.Stages {
 		ds := by[s]
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 		g.Stages = append(g.Stages, Percentiles{Stage: s, N: len(ds), P50: Quantile(ds, .5), P95: Quantile(ds, .95), P99: Quantile(ds, .99)})
@@ -57,11 +58,11 @@ func Summarize(name string, claims []Claim) Group {
 }
 
 // GroupBy splits claims by cell or worker ("" or "tenant": one group).
-func GroupBy(claims []Claim, by string) []Group {
+func GroupBy(claims []claim.Claim, by string) []Group {
 	if by != "cell" && by != "worker" {
 		return []Group{Summarize("tenant", claims)}
 	}
-	parts := map[string][]Claim{}
+	parts := map[string][]claim.Claim{}
 	for _, c := range claims {
 		k := c.Cell
 		if by == "worker" {
@@ -81,36 +82,13 @@ func GroupBy(claims []Claim, by string) []Group {
 	return out
 }
 
-// Window reads the tenant's claims leased within the window (current and
-// archived), at most limit, oldest first.
-func (s *Store) Window(ctx context.Context, tenant string, window time.Duration, limit int) ([]Claim, error) {
-	var out []Claim
-	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT * FROM (
-			SELECT `+claimCols+` FROM claims WHERE leased_at >= clock_timestamp() - make_interval(secs => $1)
-			UNION ALL
-			SELECT `+claimCols+` FROM claims_archive WHERE leased_at >= clock_timestamp() - make_interval(secs => $1)
-			) c ORDER BY leased_at DESC LIMIT $2`, window.Seconds(), limit)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, scanClaim)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim: latency window: %w", err)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].LeasedAt.Before(out[j].LeasedAt) })
-	return out, nil
-}
-
 // WriteCSV writes one row per claim: its timestamps, stage durations in
 // milliseconds and the clock error bound.
-func WriteCSV(w io.Writer, claims []Claim) error {
+func WriteCSV(w io.Writer, claims []claim.Claim) error {
 	cw := csv.NewWriter(w)
 	head := []string{"job", "state", "cell", "worker", "token", "published_at", "seen_at", "queued_at", "leased_at",
 		"act_sent_at", "confirmed_at", "clock_error_ms"}
-	for _, s := range Stages {
+	for _, s := range claim.Stages {
 		head = append(head, s+"_ms")
 	}
 	if err := cw.Write(head); err != nil {
@@ -128,7 +106,7 @@ func WriteCSV(w io.Writer, claims []Claim) error {
 			ts(c.PublishedAt), ts(c.SeenAt), ts(c.QueueAt), ts(&leased), ts(c.ActSentAt), ts(c.ConfirmedAt),
 			strconv.FormatInt(c.ClockErrorMS, 10)}
 		d := c.StageDurations()
-		for _, s := range Stages {
+		for _, s := range claim.Stages {
 			if v, ok := d[s]; ok {
 				row = append(row, strconv.FormatFloat(float64(v)/float64(time.Millisecond), 'f', 3, 64))
 			} else {
@@ -147,7 +125,7 @@ func WriteCSV(w io.Writer, claims []Claim) error {
 var histBounds = []float64{5, 10, 25, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, math.Inf(1)}
 
 // HistogramSVG draws the distribution of one stage over claims as bars.
-func HistogramSVG(stage string, claims []Claim) string {
+func HistogramSVG(stage string, claims []claim.Claim) string {
 	counts := make([]int, len(histBounds))
 	total := 0
 	for _, c := range claims {
@@ -172,7 +150,7 @@ func HistogramSVG(stage string, claims []Claim) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s histogram" data-testid="hist-%s">`,
 		w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
-	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s <tspan font-weight="400">· n = %d · ms</tspan></text>`, html.EscapeString(stageLabel(stage)), total)
+	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s <tspan font-weight="400">· n = %d · ms</tspan></text>`, html.EscapeString(StageLabel(stage)), total)
 	fmt.Fprintf(&sb, `<line class="axis" x1="4" x2="%d" y1="%d" y2="%d" stroke="#dde3ea"/>`, w-4, pad+h, pad+h)
 	bw := float64(w-8) / float64(len(counts))
 	for i, c := range counts {
@@ -194,7 +172,7 @@ func boundLabel(b float64) string {
 }
 
 // SeriesSVG draws p50 and p95 of a stage per minute of lease time.
-func SeriesSVG(stage string, claims []Claim) string {
+func SeriesSVG(stage string, claims []claim.Claim) string {
 	type bucket struct {
 		at time.Time
 		ds []time.Duration
@@ -221,7 +199,7 @@ func SeriesSVG(stage string, claims []Claim) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s over time" data-testid="series-%s">`,
 		w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
-	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s per minute <tspan font-weight="400">· p50 (blue), p95 (red)</tspan></text>`, html.EscapeString(stageLabel(stage)))
+	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s per minute <tspan font-weight="400">· p50 (blue), p95 (red)</tspan></text>`, html.EscapeString(StageLabel(stage)))
 	if len(buckets) == 0 {
 		sb.WriteString(`<text x="4" y="40" font-size="12">no data in the window</text></svg>`)
 		return sb.String()
@@ -269,20 +247,20 @@ func SeriesSVG(stage string, claims []Claim) string {
 	return sb.String()
 }
 
-// stageLabel names a stage for people.
-func stageLabel(stage string) string {
+// StageLabel names a stage for people ("detect → queued").
+func StageLabel(stage string) string {
 	switch stage {
-	case StagePublishSeen:
+	case claim.StagePublishSeen:
 		return "publish → detect"
-	case StageSeenQueued:
+	case claim.StageSeenQueued:
 		return "detect → queued"
-	case StageQueuedLeased:
+	case claim.StageQueuedLeased:
 		return "queued → leased"
-	case StageLeasedActSent:
+	case claim.StageLeasedActSent:
 		return "leased → act sent"
-	case StageActSentConfirm:
+	case claim.StageActSentConfirm:
 		return "act sent → confirmed"
-	case StageDetectAction:
+	case claim.StageDetectAction:
 		return "detect → action"
 	}
 	return stage
