@@ -24,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/assistant/store"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -73,7 +74,7 @@ func TestAssistantConsoleRoutes(t *testing.T) {
 	// The panel's agent gateway on the console's database.
 	var inst, replica string
 	require.NoError(t, c.d.App.QueryRow(ctx, "SELECT id::text, gen_random_uuid()::text FROM installation").Scan(&inst, &replica))
-	g := fleet.NewGateway(c.fleet, nil, fleet.GatewayConfig{ReplicaID: replica, InstallationID: inst, PollEvery: time.Hour}, testenv.Logger(t))
+	g := gateway.New(c.fleet, nil, gateway.Config{ReplicaID: replica, InstallationID: inst, PollEvery: time.Hour}, testenv.Logger(t))
 	r := chi.NewRouter()
 	r.Get("/agent/ws", g.ServeHTTP)
 	gw := httptest.NewServer(r)

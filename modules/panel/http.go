@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	fleetweb "github.com/fleetwright/fleetwright/modules/fleet/web"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/retention"
@@ -119,7 +120,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
-			fleet.Mount(r, fleet.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
+			fleetweb.Mount(r, fleetweb.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
 		}
 		if d.Claims != nil {
 			claimweb.Mount(r, claimweb.Deps{Engine: d.Claims, Shell: shell, Log: d.Log})
