@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // subcommands of the two-word commands (admin …, audit …).
@@ -165,15 +166,15 @@ func userCommand(cmd string) bool {
 func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bool, stdout io.Writer) error {
 	st := claim.NewStore(pool, nil)
 	st.SetAgentNotifier(fleet.PauseNotifier{})
-	tenant, scope := "", "the whole fleet"
+	tenantID, scope := "", "the whole fleet"
 	if o.tenant != "" {
-		t, err := st.TenantBySlug(ctx, o.tenant)
+		t, err := tenant.BySlug(ctx, pool, o.tenant)
 		if err != nil {
 			return err
 		}
-		tenant, scope = t.ID, "tenant "+t.Slug
+		tenantID, scope = t.ID, "tenant "+t.Slug
 	}
-	if err := st.SetPaused(ctx, cliActor(), tenant, pause); err != nil {
+	if err := st.SetPaused(ctx, cliActor(), tenantID, pause); err != nil {
 		return err
 	}
 	if pause {
@@ -188,7 +189,7 @@ func setPaused(ctx context.Context, pool *pgxpool.Pool, o adminOptions, pause bo
 // as the CLI user; every replica applies it within 2 s.
 func setDispatchMode(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout io.Writer) error {
 	st := claim.NewStore(pool, nil)
-	t, err := st.TenantBySlug(ctx, o.tenant)
+	t, err := tenant.BySlug(ctx, pool, o.tenant)
 	if err != nil {
 		return err
 	}
@@ -202,7 +203,7 @@ func setDispatchMode(ctx context.Context, pool *pgxpool.Pool, o adminOptions, st
 // issueAgentToken gives an agent a new token and prints it once; the old
 // token stops working at once. Only its SHA-256 is stored.
 func issueAgentToken(ctx context.Context, pool *pgxpool.Pool, o adminOptions, stdout io.Writer) error {
-	t, err := claim.NewStore(pool, nil).TenantBySlug(ctx, o.tenant)
+	t, err := tenant.BySlug(ctx, pool, o.tenant)
 	if err != nil {
 		return err
 	}

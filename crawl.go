@@ -22,10 +22,10 @@ import (
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/vault"
-	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/schedule"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 var crawlSubs = []string{"validate", "apply", "run", "list", "runs", "items", "pause", "resume", "egress", "proxy", "captcha"}
@@ -146,7 +146,7 @@ func runCrawl(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	code := 0
 	err := withAppDB(ctx, o, log, func(pool *pgxpool.Pool) error {
-		t, err := claim.NewStore(pool, nil).TenantBySlug(ctx, o.tenant)
+		t, err := tenant.BySlug(ctx, pool, o.tenant)
 		if err != nil {
 			return err
 		}

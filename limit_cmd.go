@@ -12,9 +12,9 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
-	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 const limitUsage = `Usage: fleetwright limit SUBCOMMAND [flags]
@@ -87,18 +87,18 @@ func runLimit(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext()
 	defer stop()
 	err := withAppDB(ctx, o, log, func(pool *pgxpool.Pool) error {
-		tenant := limit.Global
+		tenantID := limit.Global
 		if o.tenant != "" {
-			t, err := claim.NewStore(pool, nil).TenantBySlug(ctx, o.tenant)
+			t, err := tenant.BySlug(ctx, pool, o.tenant)
 			if err != nil {
 				return err
 			}
-			tenant = t.ID
+			tenantID = t.ID
 		}
 		if sub == "set" {
 			// The enrolled assistants concerned are told at commit, on
 			// whichever panel replica holds them (fleet.LimitNotifier).
-			if err := limit.Set(ctx, pool, cliActor(), tenant, def.Name, value, set, fleet.LimitNotifier{}); errors.Is(err, limit.ErrNotTold) {
+			if err := limit.Set(ctx, pool, cliActor(), tenantID, def.Name, value, set, fleet.LimitNotifier{}); errors.Is(err, limit.ErrNotTold) {
 				// The limit is stored and applies; only the news is late.
 				fmt.Fprintf(stderr, "fleetwright limit set: warning: %s (each connected assistant learns it when it next connects)\n", logging.Scrub(err.Error()))
 			} else if err != nil {
@@ -114,7 +114,7 @@ func runLimit(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stdout, "%s: %s removed\n", scope, def.Name)
 			}
 		}
-		return showLimits(ctx, pool, tenant, stdout)
+		return showLimits(ctx, pool, tenantID, stdout)
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleetwright limit %s: %s\n", sub, logging.Scrub(err.Error()))

@@ -11,8 +11,8 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
-	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/privacy"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 const privacyUsage = `Usage: fleetwright privacy SUBCOMMAND (--tenant SLUG | --email ADDRESS) [flags]
@@ -98,7 +98,7 @@ func runPrivacy(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "erased %s: account disabled and anonymised, sessions and grants deleted; audit entries stay sealed\n", p.email)
 			return nil
 		}
-		t, err := claim.NewStore(app, nil).TenantBySlug(ctx, o.tenant)
+		t, err := tenant.BySlug(ctx, app, o.tenant)
 		if err != nil {
 			return err
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/modules/audit"
-	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/retention"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 const retentionUsage = `Usage: fleetwright retention SUBCOMMAND [flags]
@@ -92,17 +92,17 @@ func runRetention(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signalContext()
 	defer stop()
 	err := withAppDB(ctx, o, log, func(pool *pgxpool.Pool) error {
-		tenant := retention.Global
+		tenantID := retention.Global
 		if o.tenant != "" {
-			t, err := claim.NewStore(pool, nil).TenantBySlug(ctx, o.tenant)
+			t, err := tenant.BySlug(ctx, pool, o.tenant)
 			if err != nil {
 				return err
 			}
-			tenant = t.ID
+			tenantID = t.ID
 		}
 		switch sub {
 		case "set":
-			if err := retention.Set(ctx, pool, cliActor(), tenant, kind, days, set); err != nil {
+			if err := retention.Set(ctx, pool, cliActor(), tenantID, kind, days, set); err != nil {
 				return err
 			}
 		case "run":
@@ -111,7 +111,7 @@ func runRetention(args []string, stdout, stderr io.Writer) int {
 			printPruned(ctx, pool, stdout, rep)
 			return err
 		}
-		return showRetention(ctx, pool, tenant, stdout)
+		return showRetention(ctx, pool, tenantID, stdout)
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleetwright retention %s: %s\n", sub, logging.Scrub(err.Error()))

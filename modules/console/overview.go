@@ -17,6 +17,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // RateWindow is the window the claims-per-minute figure is taken over.
@@ -137,7 +138,7 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 		f := TenantFigures{Tenant: t}
 		if src.Claims != nil {
 			st := src.Claims.Store()
-			if ct, err := st.TenantByID(ctx, t.ID); err == nil {
+			if ct, err := tenant.ByID(ctx, st.Pool(), t.ID); err == nil {
 				f.Paused = ct.Paused
 			}
 			if n, _, err := st.DuplicateConfirmations(ctx, t.ID); err != nil {

@@ -85,9 +85,9 @@ func (c *console) agent(t *testing.T, tn tenant.Tenant) string {
 	return id
 }
 
-func (c *console) tenantRow(t *testing.T, id string) claim.Tenant {
+func (c *console) tenantRow(t *testing.T, id string) tenant.Tenant {
 	t.Helper()
-	tn, err := c.claims.Store().TenantByID(context.Background(), id)
+	tn, err := tenant.ByID(context.Background(), c.claims.Store().Pool(), id)
 	require.NoError(t, err)
 	return tn
 }

@@ -28,7 +28,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
-	"github.com/fleetwright/fleetwright/modules/tenant"
+	tenantweb "github.com/fleetwright/fleetwright/modules/tenant/web"
 	"github.com/fleetwright/fleetwright/static"
 )
 
@@ -118,7 +118,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		}
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
-		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		tenantweb.Mount(r, tenantweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
 			fleetweb.Mount(r, fleetweb.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/claim/latency"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/views"
 )
 
@@ -120,7 +121,7 @@ func tenantTabs(slug string) []tab {
 
 type claimsModel struct {
 	Slug        string
-	Tenant      claim.Tenant
+	Tenant      tenant.Tenant
 	State       string
 	Worker      string
 	Window      string
@@ -145,7 +146,7 @@ func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 	}
 	m.Query = fmt.Sprintf("state=%s&worker=%s&window=%s", m.State, m.Worker, m.Window)
 	var err error
-	if m.Tenant, err = w.Engine.Store().TenantByID(ctx, at.ID); err != nil {
+	if m.Tenant, err = tenant.ByID(ctx, w.Engine.Store().Pool(), at.ID); err != nil {
 		return m, err
 	}
 	if m.Claims, err = w.Engine.Store().Recent(ctx, at.ID, win, claim.State(m.State), m.Worker, 500); err != nil {
@@ -270,7 +271,7 @@ func (in filterInput) key() string {
 
 type settingsModel struct {
 	Slug        string
-	Tenant      claim.Tenant
+	Tenant      tenant.Tenant
 	FleetPaused bool
 	Filters     []filterInput
 	Reviews     []claim.Review
@@ -297,7 +298,7 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 	at, _ := auth.TenantFrom(ctx)
 	m := settingsModel{Slug: at.Slug, Grace: w.Engine.Config().Grace, CanSteer: auth.UserFrom(ctx).Has(auth.FleetSteer), Errors: map[string]string{}}
 	var err error
-	if m.Tenant, err = w.Engine.Store().TenantByID(ctx, at.ID); err != nil {
+	if m.Tenant, err = tenant.ByID(ctx, w.Engine.Store().Pool(), at.ID); err != nil {
 		return m, err
 	}
 	m.CapInput, m.RevInput = intOr(m.Tenant.DailyBookingCap), money(m.Tenant.ReviewAboveCents)
@@ -531,13 +532,13 @@ func (w *web) decide(rw http.ResponseWriter, r *http.Request) {
 
 // acrossTenants reads every tenant's claim switches on the audited
 // cross-tenant path (an admin.cross_tenant entry on the system chain).
-func (w *web) acrossTenants(r *http.Request, why string) ([]claim.Tenant, error) {
+func (w *web) acrossTenants(r *http.Request, why string) ([]tenant.Tenant, error) {
 	e := by(r)
 	e.Target, e.Detail = r.URL.Path, map[string]any{"reason": why}
-	var out []claim.Tenant
+	var out []tenant.Tenant
 	err := audit.AcrossTenants(r.Context(), w.Engine.Store().Pool(), e, func(tx pgx.Tx) error {
 		var err error
-		out, err = claim.TenantsTx(r.Context(), tx)
+		out, err = tenant.List(r.Context(), tx)
 		return err
 	})
 	return out, err
@@ -551,7 +552,7 @@ type cellRow struct {
 
 type cellsModel struct {
 	Cells   []cellRow
-	Tenants []claim.Tenant
+	Tenants []tenant.Tenant
 	Errors  map[string]string
 	Name    string
 	Watched bool
@@ -656,7 +657,7 @@ func (w *web) routeTenant(rw http.ResponseWriter, r *http.Request) {
 
 type adminModel struct {
 	FleetPaused bool
-	Tenants     []claim.Tenant
+	Tenants     []tenant.Tenant
 	Grace       time.Duration
 	Config      claim.Config
 	Audit       []claim.AuditRecord
