@@ -1,4 +1,4 @@
-package panel_test
+package web_test
 
 import (
 	"context"
@@ -17,35 +17,36 @@ import (
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // traffic runs n claims of the tenant through the engine with varied
 // timings and outcomes, as a busy minute would leave them.
-func (c *console) traffic(t *testing.T, tn tenant.Tenant, n int) {
+func traffic(t *testing.T, c *paneltest.Console, tn tenant.Tenant, n int) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := c.claims.PutFilter(ctx, testBy, tn.ID, claim.Filter{Name: "Texas dry vans", Enabled: true, Origins: []string{"tx"}})
+	_, err := c.Claims.PutFilter(ctx, paneltest.By, tn.ID, claim.Filter{Name: "Texas dry vans", Enabled: true, Origins: []string{"tx"}})
 	require.NoError(t, err)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for i := range n {
 		key := fmt.Sprintf("LD-%05d", 41200+i)
 		now := time.Now()
 		seen := now.Add(-time.Duration(40+rnd.IntN(160)) * time.Millisecond)
-		_, err := c.claims.Store().RecordJob(ctx, claim.QueuedJob{Tenant: tn.ID, Cell: "default",
+		_, err := c.Claims.Store().RecordJob(ctx, claim.QueuedJob{Tenant: tn.ID, Cell: "default",
 			Job: wire.Job{Key: key, PublishedAt: seen.Add(-time.Duration(300+rnd.IntN(900)) * time.Millisecond), ExpiresAt: now.Add(time.Hour),
 				Origin: "Dallas, TX", Destination: "Atlanta, GA", Equipment: "Dry Van", WeightLbs: 40000, Miles: 780, RateCents: 235000},
 			SeenAt: seen, QueuedAt: seen.Add(time.Duration(1+rnd.IntN(4)) * time.Millisecond), ClockErrorMS: 3})
 		require.NoError(t, err)
 		worker := fmt.Sprintf("actor-%d", 1+i%4)
 		h := claim.Holder{Agent: "00000000-0000-4000-8000-0000000000a1", Worker: worker}
-		lr := c.claims.Lease(ctx, tn.ID, h, wire.LeaseRequest{RequestID: key, Worker: worker, Key: key})
+		lr := c.Claims.Lease(ctx, tn.ID, h, wire.LeaseRequest{RequestID: key, Worker: worker, Key: key})
 		require.True(t, lr.Granted, lr.Reason)
 		if i%9 == 8 {
 			continue // still LEASED
 		}
-		require.True(t, c.claims.Act(ctx, tn.ID, h, wire.ActRequest{RequestID: key, Worker: worker, Key: key, Token: lr.Token}).OK)
+		require.True(t, c.Claims.Act(ctx, tn.ID, h, wire.ActRequest{RequestID: key, Worker: worker, Key: key, Token: lr.Token}).OK)
 		if i%11 == 10 {
 			continue // still ACTING
 		}
@@ -58,7 +59,7 @@ func (c *console) traffic(t *testing.T, tn tenant.Tenant, n int) {
 		case i%13 == 5:
 			res, detail = wire.ResultNotSent, "local deadline passed before sending"
 		}
-		require.True(t, c.claims.Outcome(ctx, tn.ID, h, wire.Outcome{RequestID: key, Worker: worker, Key: key, Token: lr.Token,
+		require.True(t, c.Claims.Outcome(ctx, tn.ID, h, wire.Outcome{RequestID: key, Worker: worker, Key: key, Token: lr.Token,
 			Result: res, SentAt: &sent, ConfirmedAt: &ok, Detail: detail}, claim.Offset{}).OK)
 	}
 }
@@ -68,24 +69,24 @@ func (c *console) traffic(t *testing.T, tn tenant.Tenant, n int) {
 // settings forms, the admin pages. With FLEET_SCREENSHOTS set it saves a
 // screenshot of each, for people to look at.
 func TestBrowserClaimPages(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	const email, pw = "admin@fleet.test", "Quiet-Harbour-Lantern-42"
-	c.user(t, email, auth.Admin, pw)
-	acme := c.tenant(t, "acme")
-	c.tenant(t, "globex")
-	c.traffic(t, acme, 60)
-	c.job(t, acme, "LD-90001", 780000)
-	require.NoError(t, c.claims.Store().SetLimits(context.Background(), testBy, acme.ID, claim.Limits{ReviewAboveCents: ptr(int64(500000))}))
-	lr := c.claims.Lease(context.Background(), acme.ID, claim.Holder{Agent: "00000000-0000-4000-8000-0000000000a1", Worker: "actor-1"},
+	c.User(t, email, auth.Admin, pw)
+	acme := c.Tenant(t, "acme")
+	c.Tenant(t, "globex")
+	traffic(t, c, acme, 60)
+	c.Job(t, acme, "LD-90001", 780000)
+	require.NoError(t, c.Claims.Store().SetLimits(context.Background(), paneltest.By, acme.ID, claim.Limits{ReviewAboveCents: ptr(int64(500000))}))
+	lr := c.Claims.Lease(context.Background(), acme.ID, claim.Holder{Agent: "00000000-0000-4000-8000-0000000000a1", Worker: "actor-1"},
 		wire.LeaseRequest{RequestID: "r", Worker: "actor-1", Key: "LD-90001"})
 	require.Equal(t, wire.ReasonReview, lr.Reason)
-	c.agent(t, acme)
+	c.Agent(t, acme)
 
 	// Sign in over HTTP (enrolment included), then hand the session to the
 	// browser.
-	cl := browserless()
-	c.enrolled(t, cl, email, pw)
-	u, _ := url.Parse(c.srv.URL)
+	cl := paneltest.Browserless()
+	c.Enrolled(t, cl, email, pw)
+	u, _ := url.Parse(c.Server.URL)
 	var session string
 	for _, ck := range cl.Jar.Cookies(u) {
 		if ck.Name == account.DevCookieName {
@@ -102,11 +103,11 @@ func TestBrowserClaimPages(t *testing.T) {
 	p, err := b.Page(ctx)
 	require.NoError(t, err)
 	p = p.Timeout(30 * time.Second)
-	require.NoError(t, p.SetCookies([]*proto.NetworkCookieParam{{Name: account.DevCookieName, Value: session, URL: c.srv.URL}}))
+	require.NoError(t, p.SetCookies([]*proto.NetworkCookieParam{{Name: account.DevCookieName, Value: session, URL: c.Server.URL}}))
 	shots := os.Getenv("FLEET_SCREENSHOTS")
 	visit := func(path, name, wantTitle string) {
 		t.Helper()
-		require.NoError(t, p.Navigate(c.srv.URL+path))
+		require.NoError(t, p.Navigate(c.Server.URL+path))
 		p.MustWaitLoad()
 		require.Equal(t, wantTitle, p.MustElement(`[data-testid="page-title"]`).MustText(), path)
 		require.True(t, p.MustHas(`[data-testid="sidebar"]`))

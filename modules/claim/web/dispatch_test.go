@@ -1,4 +1,4 @@
-package panel_test
+package web_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 )
 
 // TestDispatchModeIsAdminOnly: a new tenant dispatches in assign mode
@@ -21,66 +22,66 @@ import (
 // in the tenant's chain with the value before; bad input is refused with 422
 // and changes nothing.
 func TestDispatchModeIsAdminOnly(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	ctx := context.Background()
-	alpha := c.tenant(t, "alpha")
+	alpha := c.Tenant(t, "alpha")
 	const pw = "Quiet-Harbour-Lantern-42"
-	op := c.user(t, "op@fleet.test", auth.Operator, pw)
-	c.grant(t, op, alpha)
-	c.user(t, "admin@fleet.test", auth.Admin, pw)
-	oc, ac := browserless(), browserless()
-	c.enrolled(t, oc, "op@fleet.test", pw)
-	c.enrolled(t, ac, "admin@fleet.test", pw)
-	base := c.srv.URL + "/t/alpha/claims"
+	op := c.User(t, "op@fleet.test", auth.Operator, pw)
+	c.Grant(t, op, alpha)
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	oc, ac := paneltest.Browserless(), paneltest.Browserless()
+	c.Enrolled(t, oc, "op@fleet.test", pw)
+	c.Enrolled(t, ac, "admin@fleet.test", pw)
+	base := c.Server.URL + "/t/alpha/claims"
 	mode := func() string {
-		m, err := c.claims.Store().DispatchMode(ctx, alpha.ID)
+		m, err := c.Claims.Store().DispatchMode(ctx, alpha.ID)
 		require.NoError(t, err)
 		return m
 	}
 
 	require.Equal(t, claim.DispatchAssign, mode(), "a new tenant dispatches in assign mode")
-	created := c.audited(t, alpha.ID, "tenant.created")
+	created := c.Audited(t, alpha.ID, "tenant.created")
 	require.Len(t, created, 1)
 	require.Contains(t, created[0].Detail, `"dispatch_mode": "assign"`, "the tenant's first entry records its mode")
 
-	res, body := do(t, oc, "GET", base+"/settings", nil)
+	res, body := paneltest.Do(t, oc, "GET", base+"/settings", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="dispatch-mode">assign`)
 	require.NotContains(t, body, `data-testid="dispatch-old-agents"`)
 	// A connected agent on protocol v3 cannot be granted jobs: the page says
 	// it only gets offers while no v4 actor is warm.
-	agent := c.agent(t, alpha)
-	require.NoError(t, db.InTenant(ctx, c.d.App, alpha.ID, func(tx pgx.Tx) error {
+	agent := c.Agent(t, alpha)
+	require.NoError(t, db.InTenant(ctx, c.DB.App, alpha.ID, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE agents SET connected = true, protocol = 3 WHERE id = $1`, agent)
 		if err == nil && tag.RowsAffected() != 1 {
 			err = fmt.Errorf("%d agents updated", tag.RowsAffected())
 		}
 		return err
 	}))
-	_, body = do(t, oc, "GET", base+"/settings", nil)
+	_, body = paneltest.Do(t, oc, "GET", base+"/settings", nil)
 	require.Contains(t, body, `data-testid="dispatch-old-agents">1 connected agent(s) speak a protocol older than 4`)
 	require.NotContains(t, body, `data-testid="dispatch-race"`, "an operator gets no form")
-	res, _ = do(t, oc, "POST", base+"/dispatch", url.Values{"mode": {"race"}})
+	res, _ = paneltest.Do(t, oc, "POST", base+"/dispatch", url.Values{"mode": {"race"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 	require.Equal(t, claim.DispatchAssign, mode())
 
-	res, body = do(t, ac, "GET", base+"/settings", nil)
+	res, body = paneltest.Do(t, ac, "GET", base+"/settings", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="dispatch-race"`)
-	res, body = do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"fastest"}})
-	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, c.logs.String())
+	res, body = paneltest.Do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"fastest"}})
+	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode, c.Logs.String())
 	require.Contains(t, body, `data-testid="error-dispatch"`)
-	require.Empty(t, c.audited(t, alpha.ID, "claim.dispatch_mode"))
+	require.Empty(t, c.Audited(t, alpha.ID, "claim.dispatch_mode"))
 	require.Equal(t, claim.DispatchAssign, mode())
 
-	res, _ = do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"race"}})
+	res, _ = paneltest.Do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"race"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, claim.DispatchRace, mode())
-	a := c.audited(t, alpha.ID, "claim.dispatch_mode")
+	a := c.Audited(t, alpha.ID, "claim.dispatch_mode")
 	require.Len(t, a, 1)
 	require.Equal(t, "admin@fleet.test", a[0].Actor)
 	require.Contains(t, a[0].Detail, `"before": "assign"`)
-	_, body = do(t, oc, "GET", base+"/settings", nil)
+	_, body = paneltest.Do(t, oc, "GET", base+"/settings", nil)
 	require.Contains(t, body, `data-testid="dispatch-mode">race`)
 	require.NotContains(t, body, `data-testid="dispatch-old-agents"`, "in race mode every agent gets offers")
 	require.Contains(t, body, "admin@fleet.test")

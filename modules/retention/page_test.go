@@ -1,4 +1,4 @@
-package panel_test
+package retention_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
@@ -40,85 +41,85 @@ func htmxPost(t *testing.T, c *http.Client, u string, form url.Values) (*http.Re
 // operator sees only the tenants they reach, without the form, and cannot
 // post; the overview's retention figure links here.
 func TestRetentionPage(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	ctx := context.Background()
-	a, b := c.tenant(t, "alpha"), c.tenant(t, "bravo")
+	a, b := c.Tenant(t, "alpha"), c.Tenant(t, "bravo")
 	const pw = "correct horse battery"
-	c.user(t, "admin@fleet.test", auth.Admin, pw)
-	op := c.user(t, "operator@fleet.test", auth.Operator, pw)
-	c.grant(t, op, a)
-	admin, oper := browserless(), browserless()
-	c.enrolled(t, admin, "admin@fleet.test", pw)
-	c.enrolled(t, oper, "operator@fleet.test", pw)
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	op := c.User(t, "operator@fleet.test", auth.Operator, pw)
+	c.Grant(t, op, a)
+	admin, oper := paneltest.Browserless(), paneltest.Browserless()
+	c.Enrolled(t, admin, "admin@fleet.test", pw)
+	c.Enrolled(t, oper, "operator@fleet.test", pw)
 
 	// A resolved alarm of alpha's, 100 days old: past the 90-day default.
-	old := c.clk.Now().Add(-200 * 24 * time.Hour)
-	_, err := alarm.Raise(ctx, c.d.App, alarm.Alarm{Kind: "worker.hung", Key: "w1", Tenant: a.ID, Severity: alarm.Warning,
+	old := c.Clock.Now().Add(-200 * 24 * time.Hour)
+	_, err := alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "worker.hung", Key: "w1", Tenant: a.ID, Severity: alarm.Warning,
 		Summary: "old", At: old})
 	require.NoError(t, err)
-	_, err = alarm.ResolveAt(ctx, c.d.App, a.ID, "worker.hung", "w1", "test", c.clk.Now().Add(-100*24*time.Hour))
+	_, err = alarm.ResolveAt(ctx, c.DB.App, a.ID, "worker.hung", "w1", "test", c.Clock.Now().Add(-100*24*time.Hour))
 	require.NoError(t, err)
 
 	// The panel's daily prune (the real pruner on the test's clock).
-	pruner := &retention.Pruner{DB: c.d.App, Clock: c.clk}
-	require.NoError(t, c.sched.Register(pruner.Kind()))
-	_, err = c.sched.Ensure(ctx, schedule.System, retention.Spec("40 3 * * *"))
+	pruner := &retention.Pruner{DB: c.DB.App, Clock: c.Clock}
+	require.NoError(t, c.Schedules.Register(pruner.Kind()))
+	_, err = c.Schedules.Ensure(ctx, schedule.System, retention.Spec("40 3 * * *"))
 	require.NoError(t, err)
 
-	res, body := do(t, admin, "GET", c.srv.URL+"/retention", nil)
+	res, body := paneltest.Do(t, admin, "GET", c.Server.URL+"/retention", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "40 3 * * * UTC", testid(t, body, "prune-cron"))
+	require.Equal(t, "40 3 * * * UTC", paneltest.TestIDText(t, body, "prune-cron"))
 	require.Contains(t, body, `data-testid="prune-last">`)
 	require.Contains(t, body, "none yet")
 	require.Contains(t, body, `href="/retention"`, "the navigation links the page")
 	require.Regexp(t, `data-testid="alpha-alarms">(?s:.*?)data-testid="applies">\s*90 days\s*<span class="small muted">\(default\)`, body)
 
-	c.clk.Advance(25 * time.Hour)
-	require.NoError(t, c.sched.Tick(ctx))
-	sc, err := c.sched.Get(ctx, schedule.System, retention.ScheduleName)
+	c.Clock.Advance(25 * time.Hour)
+	require.NoError(t, c.Schedules.Tick(ctx))
+	sc, err := c.Schedules.Get(ctx, schedule.System, retention.ScheduleName)
 	require.NoError(t, err)
-	require.NoError(t, c.sched.RunPending(ctx, schedule.System, sc.ID))
+	require.NoError(t, c.Schedules.RunPending(ctx, schedule.System, sc.ID))
 
-	res, body = do(t, admin, "GET", c.srv.URL+"/retention", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/retention", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Regexp(t, `data-testid="prune-last">[^<]*UTC\s*<span class="badge ok">ok</span>`, body)
 	require.Regexp(t, `data-testid="prune-next">\s*\d{4}-\d\d-\d\d 03:40:00 UTC`, body)
-	require.Equal(t, "Resolved alarms 1", testid(t, body, "pruned-alarms"), "what the last run deleted in alpha")
+	require.Equal(t, "Resolved alarms 1", paneltest.TestIDText(t, body, "pruned-alarms"), "what the last run deleted in alpha")
 	bravo := body[strings.Index(body, `data-testid="retention-bravo"`):]
 	require.Contains(t, bravo, `data-testid="pruned-nothing-last"`)
 	require.NotContains(t, bravo, `data-testid="pruned-older"`)
 
 	// A bad value: refused beside its field, nothing stored.
 	form := url.Values{"scope": {"alpha"}, "alarms": {"soon"}, "crawl_items": {"forever"}}
-	res, body = htmxPost(t, admin, c.srv.URL+"/admin/retention", form)
+	res, body = htmxPost(t, admin, c.Server.URL+"/admin/retention", form)
 	require.Equal(t, http.StatusOK, res.StatusCode, "htmx swaps the section in")
 	require.True(t, strings.HasPrefix(strings.TrimSpace(body), `<section class="card flush" id="retention-alpha"`), "only the section comes back")
-	require.Equal(t, "One value is not valid; nothing was changed.", testid(t, body, "retention-error"))
+	require.Equal(t, "One value is not valid; nothing was changed.", paneltest.TestIDText(t, body, "retention-error"))
 	require.Regexp(t, `name="alarms" value="soon"[^>]*aria-invalid="true"/?>\s*<div class="field-error"[^>]*data-testid="field-error">Write a number of days`, body)
-	res, body = do(t, admin, "POST", c.srv.URL+"/admin/retention", form)
+	res, body = paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/retention", form)
 	require.Equal(t, http.StatusBadRequest, res.StatusCode, "without htmx: the whole page, 400")
 	require.Contains(t, body, `data-testid="retention-error"`)
 	require.Contains(t, body, `data-testid="retention-status"`)
-	s, err := retention.Load(ctx, c.d.App, a.ID)
+	s, err := retention.Load(ctx, c.DB.App, a.ID)
 	require.NoError(t, err)
 	require.Empty(t, s.Tenant, "nothing was changed")
 
 	// Good values: stored, audited, the section says what changed.
 	form.Set("alarms", "30")
-	res, body = htmxPost(t, admin, c.srv.URL+"/admin/retention", form)
+	res, body = htmxPost(t, admin, c.Server.URL+"/admin/retention", form)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "Saved: crawl_items, alarms.", testid(t, body, "retention-saved"))
+	require.Equal(t, "Saved: crawl_items, alarms.", paneltest.TestIDText(t, body, "retention-saved"))
 	require.Regexp(t, `data-testid="alpha-alarms">(?s:.*?)data-testid="applies">\s*30 days\s*<span class="small muted">\(tenant\)`, body)
-	s, err = retention.Load(ctx, c.d.App, a.ID)
+	s, err = retention.Load(ctx, c.DB.App, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, map[retention.Kind]int{retention.Alarms: 30, retention.CrawlItems: 0}, s.Tenant)
-	res, _ = htmxPost(t, admin, c.srv.URL+"/admin/retention", url.Values{"scope": {"alpha"}, "alarms": {""}, "crawl_items": {"forever"}})
+	res, _ = htmxPost(t, admin, c.Server.URL+"/admin/retention", url.Values{"scope": {"alpha"}, "alarms": {""}, "crawl_items": {"forever"}})
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	s, err = retention.Load(ctx, c.d.App, a.ID)
+	s, err = retention.Load(ctx, c.DB.App, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, map[retention.Kind]int{retention.CrawlItems: 0}, s.Tenant, "empty falls back to the global setting")
 	var sets []string
-	super, err := pgx.Connect(ctx, c.d.SuperURL)
+	super, err := pgx.Connect(ctx, c.DB.SuperURL)
 	require.NoError(t, err)
 	defer super.Close(ctx)
 	rows, err := super.Query(ctx, `SELECT actor || ' ' || target || ' ' || (detail->>'days') FROM audit_log
@@ -129,24 +130,24 @@ func TestRetentionPage(t *testing.T) {
 	require.Equal(t, []string{"admin@fleet.test crawl_items forever", "admin@fleet.test alarms 30 days", "admin@fleet.test alarms default"}, sets)
 
 	// An unknown tenant is refused.
-	res, body = do(t, admin, "POST", c.srv.URL+"/admin/retention", url.Values{"scope": {"nobody"}, "alarms": {"5"}})
+	res, body = paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/retention", url.Values{"scope": {"nobody"}, "alarms": {"5"}})
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
 	require.Contains(t, body, "Unknown tenant")
 
 	// An operator: their tenant only, read-only.
-	res, body = do(t, oper, "GET", c.srv.URL+"/retention", nil)
+	res, body = paneltest.Do(t, oper, "GET", c.Server.URL+"/retention", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="retention-alpha"`)
 	require.NotContains(t, body, `data-testid="retention-bravo"`)
 	require.NotContains(t, body, `name="alarms"`)
 	require.Regexp(t, `data-testid="alpha-crawl_items">(?s:.*?)data-testid="own">\s*forever`, body)
-	res, _ = htmxPost(t, oper, c.srv.URL+"/admin/retention", url.Values{"scope": {"alpha"}, "alarms": {"1"}})
+	res, _ = htmxPost(t, oper, c.Server.URL+"/admin/retention", url.Values{"scope": {"alpha"}, "alarms": {"1"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 	_ = b
 
 	// The overview shows the last prune and links here.
-	res, body = do(t, admin, "GET", c.srv.URL+"/", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "1 rows pruned", testid(t, body, "retention-state"))
+	require.Equal(t, "1 rows pruned", paneltest.TestIDText(t, body, "retention-state"))
 	require.Regexp(t, `<a class="card stat" href="/retention" data-testid="fig-retention">`, body)
 }

@@ -1,4 +1,4 @@
-package panel_test
+package web_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -27,55 +28,55 @@ import (
 // items-per-cycle chart with its expected band and the alarm marked on it,
 // the trace, and exports the items.
 func TestCrawlPages(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	ctx := context.Background()
-	a := c.tenant(t, "alpha")
+	a := c.Tenant(t, "alpha")
 	const pw = "correct horse battery"
-	op, viewer := c.user(t, "op@fleet.test", auth.Operator, pw), c.user(t, "viewer@fleet.test", auth.Viewer, pw)
-	c.grant(t, op, a)
-	c.grant(t, viewer, a)
-	cl, vcl := browserless(), browserless()
-	c.enrolled(t, cl, "op@fleet.test", pw)
-	c.enrolled(t, vcl, "viewer@fleet.test", pw)
-	base := c.srv.URL + "/t/alpha/crawl"
+	op, viewer := c.User(t, "op@fleet.test", auth.Operator, pw), c.User(t, "viewer@fleet.test", auth.Viewer, pw)
+	c.Grant(t, op, a)
+	c.Grant(t, viewer, a)
+	cl, vcl := paneltest.Browserless(), paneltest.Browserless()
+	c.Enrolled(t, cl, "op@fleet.test", pw)
+	c.Enrolled(t, vcl, "viewer@fleet.test", pw)
+	base := c.Server.URL + "/t/alpha/crawl"
 
-	res, body := do(t, cl, "GET", base, nil)
+	res, body := paneltest.Do(t, cl, "GET", base, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="job-source"`)
 
 	// Live validation and a refused save name the field and its line.
 	bad := "version: 1\nname: shop\nrender: chrome\n"
-	res, body = do(t, cl, "POST", base+"/validate", url.Values{"source": {bad}})
+	res, body = paneltest.Do(t, cl, "POST", base+"/validate", url.Values{"source": {bad}})
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `line 3: <span class="mono">render</span>: &#34;chrome&#34;: use http or browser`)
-	res, body = do(t, cl, "POST", base+"/jobs", url.Values{"source": {bad}})
+	res, body = paneltest.Do(t, cl, "POST", base+"/jobs", url.Values{"source": {bad}})
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, body, "use http or browser")
 
 	src, err := os.ReadFile("../../examples/crawl/catalogue-http.yaml")
 	require.NoError(t, err)
-	res, body = do(t, cl, "POST", base+"/validate", url.Values{"source": {string(src)}})
+	res, body = paneltest.Do(t, cl, "POST", base+"/validate", url.Values{"source": {string(src)}})
 	require.Contains(t, body, `data-testid="validation-ok"`)
-	res, _ = do(t, cl, "POST", base+"/jobs", url.Values{"source": {string(src)}})
+	res, _ = paneltest.Do(t, cl, "POST", base+"/jobs", url.Values{"source": {string(src)}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	jobPath := res.Header.Get("Location")
 	require.True(t, strings.HasPrefix(jobPath, "/t/alpha/crawl/jobs/"))
 	v2 := strings.Replace(string(src), "pages: 200", "pages: 250", 1)
-	res, _ = do(t, cl, "POST", base+"/jobs", url.Values{"source": {v2}})
+	res, _ = paneltest.Do(t, cl, "POST", base+"/jobs", url.Values{"source": {v2}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 
 	// A viewer may read but not save.
-	res, _ = do(t, vcl, "POST", base+"/jobs", url.Values{"source": {v2}})
+	res, _ = paneltest.Do(t, vcl, "POST", base+"/jobs", url.Values{"source": {v2}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 
 	// Three finished runs, the last one empty with a saved trace.
-	st := crawl.NewStore(c.d.App, spec.Options{})
+	st := crawl.NewStore(c.DB.App, spec.Options{})
 	job, err := st.JobByName(ctx, a.ID, "catalogue-http")
 	require.NoError(t, err)
 	var runs []string
 	for i, items := range []int{900, 905, 0} {
 		var id string
-		require.NoError(t, db.InTenant(ctx, c.d.App, a.ID, func(tx pgx.Tx) error {
+		require.NoError(t, db.InTenant(ctx, c.DB.App, a.ID, func(tx pgx.Tx) error {
 			return tx.QueryRow(ctx, `INSERT INTO crawl_runs (tenant_id, job_id, version, state, reason, queued_at, started_at, finished_at, pages, items)
 				VALUES (app_tenant(), $1, 2, 'succeeded', 'done', $2, $2, $2, 45, $3) RETURNING id`, job.ID, time.Now().Add(time.Duration(i-3)*time.Minute), items).Scan(&id)
 		}))
@@ -89,7 +90,7 @@ func TestCrawlPages(t *testing.T) {
 		"u1": {"url": "http://x/item/1", "title": "Lamp, red", "price": 12.5}, "u2": {"url": "http://x/item/2", "title": "Mug", "price": 3.0}}, time.Now())
 	require.NoError(t, err)
 
-	res, body = do(t, vcl, "GET", c.srv.URL+jobPath, nil)
+	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+jobPath, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="items-chart"`)
 	require.Contains(t, body, `data-testid="expected-band"`)
@@ -101,27 +102,27 @@ func TestCrawlPages(t *testing.T) {
 
 	traces, err := st.Traces(ctx, a.ID, job.ID, 1)
 	require.NoError(t, err)
-	res, body = do(t, vcl, "GET", c.srv.URL+"/t/alpha/crawl/traces/"+strconv.FormatInt(traces[0].ID, 10), nil)
+	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+"/t/alpha/crawl/traces/"+strconv.FormatInt(traces[0].ID, 10), nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, "&lt;div class=&#34;card&#34;&gt;new layout")
 	require.Contains(t, body, "[redacted]")
 
-	res, body = do(t, vcl, "GET", c.srv.URL+jobPath+"/items?q=lamp", nil)
+	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+jobPath+"/items?q=lamp", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, "Lamp, red")
 	require.NotContains(t, body, "Mug")
-	res, body = do(t, vcl, "GET", c.srv.URL+jobPath+"/items?format=csv", nil)
+	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+jobPath+"/items?format=csv", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, "text/csv; charset=utf-8", res.Header.Get("Content-Type"))
 	require.Contains(t, body, "key,first_seen,last_seen,changed_at,url,title,price,sku\n")
 	require.Contains(t, body, `"Lamp, red",12.5`)
-	res, body = do(t, vcl, "GET", c.srv.URL+jobPath+"/items?format=jsonl", nil)
+	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+jobPath+"/items?format=jsonl", nil)
 	require.Equal(t, 2, strings.Count(body, "\n"))
 
 	// Pause from the console: audited, the job shows it.
-	res, _ = do(t, cl, "POST", c.srv.URL+jobPath+"/pause", url.Values{})
+	res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+jobPath+"/pause", url.Values{})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	_, body = do(t, cl, "GET", base, nil)
+	_, body = paneltest.Do(t, cl, "GET", base, nil)
 	require.Contains(t, body, `<span class="badge warn">paused</span>`)
 }
 
@@ -130,38 +131,38 @@ func TestCrawlPages(t *testing.T) {
 // health (benched with the time left), restores it; a pool's internal
 // ranges are an admin's to set; a viewer changes nothing.
 func TestCrawlProxyPages(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	ctx := context.Background()
-	a := c.tenant(t, "alpha")
+	a := c.Tenant(t, "alpha")
 	const pw = "correct horse battery"
 	const secret = "Pool-Proxy-Passw0rd"
-	op, viewer := c.user(t, "op@fleet.test", auth.Operator, pw), c.user(t, "viewer@fleet.test", auth.Viewer, pw)
-	c.user(t, "admin@fleet.test", auth.Admin, pw)
-	c.grant(t, op, a)
-	c.grant(t, viewer, a)
-	cl, vcl, acl := browserless(), browserless(), browserless()
-	c.enrolled(t, cl, "op@fleet.test", pw)
-	c.enrolled(t, vcl, "viewer@fleet.test", pw)
-	c.enrolled(t, acl, "admin@fleet.test", pw)
-	base := c.srv.URL + "/t/alpha/crawl/proxies"
+	op, viewer := c.User(t, "op@fleet.test", auth.Operator, pw), c.User(t, "viewer@fleet.test", auth.Viewer, pw)
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	c.Grant(t, op, a)
+	c.Grant(t, viewer, a)
+	cl, vcl, acl := paneltest.Browserless(), paneltest.Browserless(), paneltest.Browserless()
+	c.Enrolled(t, cl, "op@fleet.test", pw)
+	c.Enrolled(t, vcl, "viewer@fleet.test", pw)
+	c.Enrolled(t, acl, "admin@fleet.test", pw)
+	base := c.Server.URL + "/t/alpha/crawl/proxies"
 
-	res, body := do(t, cl, "GET", c.srv.URL+"/t/alpha/crawl", nil)
+	res, body := paneltest.Do(t, cl, "GET", c.Server.URL+"/t/alpha/crawl", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="proxies-link"`)
-	res, body = do(t, cl, "GET", base, nil)
+	res, body = paneltest.Do(t, cl, "GET", base, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="no-pools"`)
 
-	res, _ = do(t, cl, "POST", base+"/pools", url.Values{"name": {"pool1"}, "rotation": {"round_robin"}, "bench_after": {"2"},
+	res, _ = paneltest.Do(t, cl, "POST", base+"/pools", url.Values{"name": {"pool1"}, "rotation": {"round_robin"}, "bench_after": {"2"},
 		"cooldown": {"1m"}, "remove_after": {"4"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	res, _ = do(t, cl, "POST", base, url.Values{"pool": {"pool1"}, "url": {"http://proxy.example:3128"}, "username": {"crawler"},
+	res, _ = paneltest.Do(t, cl, "POST", base, url.Values{"pool": {"pool1"}, "url": {"http://proxy.example:3128"}, "username": {"crawler"},
 		"password": {secret}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	res, _ = do(t, vcl, "POST", base, url.Values{"pool": {"pool1"}, "url": {"http://other.example:3128"}})
+	res, _ = paneltest.Do(t, vcl, "POST", base, url.Values{"pool": {"pool1"}, "url": {"http://other.example:3128"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode, "a viewer adds nothing")
 
-	res, body = do(t, cl, "GET", base, nil)
+	res, body = paneltest.Do(t, cl, "GET", base, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="pool-pool1"`)
 	require.Contains(t, body, "rotation round_robin")
@@ -171,11 +172,11 @@ func TestCrawlProxyPages(t *testing.T) {
 	require.NotContains(t, body, "/pools/pool1/allow", "the allow list form is an admin's")
 
 	// The pool's internal ranges: an admin's (fleet.secrets), audited.
-	res, _ = do(t, cl, "POST", base+"/pools/pool1/allow", url.Values{"allow": {"127.0.0.0/8"}})
+	res, _ = paneltest.Do(t, cl, "POST", base+"/pools/pool1/allow", url.Values{"allow": {"127.0.0.0/8"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
-	res, _ = do(t, acl, "POST", base+"/pools/pool1/allow", url.Values{"allow": {"10.8.0.0/16, 127.0.0.1"}})
+	res, _ = paneltest.Do(t, acl, "POST", base+"/pools/pool1/allow", url.Values{"allow": {"10.8.0.0/16, 127.0.0.1"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	st := crawl.NewStore(c.d.App, spec.Options{})
+	st := crawl.NewStore(c.DB.App, spec.Options{})
 	pool, err := st.Pool(ctx, a.ID, "pool1")
 	require.NoError(t, err)
 	require.Equal(t, []string{"10.8.0.0/16", "127.0.0.1"}, pool.Allow)
@@ -187,37 +188,37 @@ func TestCrawlProxyPages(t *testing.T) {
 		_, err := st.ProxyOutcome(ctx, a.ID, px.ID, false, "egress: upstream proxy http://proxy.example:3128: refused CONNECT: 502 Bad Gateway", time.Now())
 		require.NoError(t, err)
 	}
-	_, body = do(t, cl, "GET", base, nil)
+	_, body = paneltest.Do(t, cl, "GET", base, nil)
 	require.Contains(t, body, `data-testid="proxy-state">benched`)
 	require.Contains(t, body, "back in ")
 	require.Contains(t, body, "502 Bad Gateway")
-	res, _ = do(t, cl, "POST", base+"/"+px.ID+"/restore", nil)
+	res, _ = paneltest.Do(t, cl, "POST", base+"/"+px.ID+"/restore", nil)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	_, body = do(t, cl, "GET", base, nil)
+	_, body = paneltest.Do(t, cl, "GET", base, nil)
 	require.Contains(t, body, `data-testid="proxy-state">active`)
-	res, _ = do(t, cl, "POST", base+"/00000000-0000-0000-0000-000000000000/remove", nil)
+	res, _ = paneltest.Do(t, cl, "POST", base+"/00000000-0000-0000-0000-000000000000/remove", nil)
 	require.Equal(t, http.StatusNotFound, res.StatusCode)
 
 	// The fleet page's egress column: the proxy an agent's crawler was
 	// last handed, with its state.
-	acct, err := c.fleet.CreateAccount(ctx, a.ID, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u1",
+	acct, err := c.Fleet.CreateAccount(ctx, a.ID, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u1",
 		Password: "pw-long-enough-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: "crawler"}}}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
-	agentID, _, err := c.fleet.CreateAgent(ctx, a.ID, acct, "agent-acct-1", audit.Entry{Actor: "t"})
+	agentID, _, err := c.Fleet.CreateAgent(ctx, a.ID, acct, "agent-acct-1", audit.Entry{Actor: "t"})
 	require.NoError(t, err)
-	_, body = do(t, cl, "GET", c.srv.URL+"/t/alpha/fleet", nil)
+	_, body = paneltest.Do(t, cl, "GET", c.Server.URL+"/t/alpha/fleet", nil)
 	require.Contains(t, body, `data-testid="egress"><span class="muted">own address</span>`)
 	require.NoError(t, st.SetAgentEgress(ctx, a.ID, agentID, "pool1", &px, time.Now()))
 	for range 2 {
 		_, err := st.ProxyOutcome(ctx, a.ID, px.ID, false, "refused CONNECT: 502", time.Now())
 		require.NoError(t, err)
 	}
-	_, body = do(t, cl, "GET", c.srv.URL+"/t/alpha/fleet", nil)
+	_, body = paneltest.Do(t, cl, "GET", c.Server.URL+"/t/alpha/fleet", nil)
 	require.Contains(t, body, "proxy http://proxy.example:3128 (pool pool1)")
 	require.Contains(t, body, `<span class="badge bad">benched</span>`)
 
 	var actions []string
-	require.NoError(t, db.InTenant(ctx, c.d.App, a.ID, func(tx pgx.Tx) error {
+	require.NoError(t, db.InTenant(ctx, c.DB.App, a.ID, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT action || ' ' || detail::text FROM audit_log WHERE action LIKE 'crawl.proxy%' OR action LIKE 'egress.proxy%' ORDER BY id`)
 		if err != nil {
 			return err
@@ -227,5 +228,5 @@ func TestCrawlProxyPages(t *testing.T) {
 	}))
 	require.Len(t, actions, 4, "pool, proxy, allow list, restore: %v", actions)
 	require.NotContains(t, strings.Join(actions, " "), secret)
-	require.NotContains(t, c.logs.String(), secret, "the proxy password reached the log")
+	require.NotContains(t, c.Logs.String(), secret, "the proxy password reached the log")
 }

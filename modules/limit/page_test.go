@@ -1,4 +1,4 @@
-package panel_test
+package limit_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/limit"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 )
 
 // TestLimitsPage: an admin sets a tenant's and a global limit on /limits
@@ -17,44 +18,44 @@ import (
 // and changes nothing, and an operator sees only the tenants they reach,
 // without the change forms.
 func TestLimitsPage(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	ctx := context.Background()
-	a, b := c.tenant(t, "alpha"), c.tenant(t, "bravo")
+	a, b := c.Tenant(t, "alpha"), c.Tenant(t, "bravo")
 	const pw = "correct horse battery"
-	c.user(t, "admin@fleet.test", auth.Admin, pw)
-	op := c.user(t, "operator@fleet.test", auth.Operator, pw)
-	c.grant(t, op, a)
-	admin, oper := browserless(), browserless()
-	c.enrolled(t, admin, "admin@fleet.test", pw)
-	c.enrolled(t, oper, "operator@fleet.test", pw)
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	op := c.User(t, "operator@fleet.test", auth.Operator, pw)
+	c.Grant(t, op, a)
+	admin, oper := paneltest.Browserless(), paneltest.Browserless()
+	c.Enrolled(t, admin, "admin@fleet.test", pw)
+	c.Enrolled(t, oper, "operator@fleet.test", pw)
 
-	res, _ := do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"alpha"}, "name": {"run_time"}, "value": {"45m"}})
+	res, _ := paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/limits", url.Values{"scope": {"alpha"}, "name": {"run_time"}, "value": {"45m"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	res, _ = do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"global"}, "name": {"run_time"}, "value": {"30m"}})
+	res, _ = paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/limits", url.Values{"scope": {"global"}, "name": {"run_time"}, "value": {"30m"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	res, body := do(t, admin, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"bravo"}, "name": {"crawl_pages_day"}, "value": {"lots"}})
+	res, body := paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/limits", url.Values{"scope": {"bravo"}, "name": {"crawl_pages_day"}, "value": {"lots"}})
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, body, `Crawl pages per day (UTC): &#34;lots&#34; is not a whole number`)
-	l, err := limit.Load(ctx, c.d.App, a.ID)
+	l, err := limit.Load(ctx, c.DB.App, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, map[limit.Name]int64{limit.RunTime: 2700}, l.Tenant)
 	require.Equal(t, map[limit.Name]int64{limit.RunTime: 1800}, l.Global)
-	lb, err := limit.Load(ctx, c.d.App, b.ID)
+	lb, err := limit.Load(ctx, c.DB.App, b.ID)
 	require.NoError(t, err)
 	require.Empty(t, lb.Tenant, "the refused value changed nothing")
 
-	res, body = do(t, admin, "GET", c.srv.URL+"/limits", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/limits", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="limits-bravo"`)
 	require.Contains(t, body, `action="/admin/limits"`)
 	require.Contains(t, body, `data-testid="alpha-account_requests_hour"`, "the request budget per account is a limit like the others")
 	require.Regexp(t, `data-testid="alpha-run_time">(?s:.*?)data-testid="value">\s*45m0s\s*<(?s:.*?)data-testid="effective">\s*30m0s\s*<span class="small muted">\(global\)`, body)
 
-	res, body = do(t, oper, "GET", c.srv.URL+"/limits", nil)
+	res, body = paneltest.Do(t, oper, "GET", c.Server.URL+"/limits", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="limits-alpha"`)
 	require.NotContains(t, body, `data-testid="limits-bravo"`)
 	require.NotContains(t, body, `action="/admin/limits"`)
-	res, _ = do(t, oper, "POST", c.srv.URL+"/admin/limits", url.Values{"scope": {"alpha"}, "name": {"run_time"}, "value": {"none"}})
+	res, _ = paneltest.Do(t, oper, "POST", c.Server.URL+"/admin/limits", url.Values{"scope": {"alpha"}, "name": {"run_time"}, "value": {"none"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 }
