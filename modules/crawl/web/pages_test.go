@@ -53,7 +53,7 @@ func TestCrawlPages(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, body, "use http or browser")
 
-	src, err := os.ReadFile("../../examples/crawl/catalogue-http.yaml")
+	src, err := os.ReadFile("../../../examples/crawl/catalogue-http.yaml")
 	require.NoError(t, err)
 	res, body = paneltest.Do(t, cl, "POST", base+"/validate", url.Values{"source": {string(src)}})
 	require.Contains(t, body, `data-testid="validation-ok"`)
