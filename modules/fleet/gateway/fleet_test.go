@@ -227,7 +227,7 @@ func TestGoldenV1HelloIsWelcomedAndTooOldIsRefusedWithRange(t *testing.T) {
 	_, url := b.replica(t, "a")
 	_, token := b.agent(t, "acct-3")
 
-	golden, err := os.ReadFile("../wire/testdata/v1/hello.json")
+	golden, err := os.ReadFile("../../wire/testdata/v1/hello.json")
 	require.NoError(t, err)
 	// The golden hello carries a fixture token; give it this agent's.
 	var env map[string]any
