@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ func (s *Set) Parse(args []string, getenv func(string) string) ([]string, error)
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, ErrHelp
 		}
-		return nil, fmt.Errorf("config: %s", firstLine(err.Error()))
+		return nil, fmt.Errorf("config: %s", flagError(err))
 	}
 	given := map[string]bool{}
 	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -166,6 +167,19 @@ func (s *Set) Given(name string) bool {
 	return set
 }
 
+// flagError is the flag package's error in the words of --help: flags
+// are written --name, an unknown one is called unknown.
+func flagError(err error) string {
+	msg := firstLine(err.Error())
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		return "unknown flag --" + strings.TrimLeft(name, "-")
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return "--" + strings.TrimLeft(name, "-") + " needs a value"
+	}
+	return strings.Replace(msg, " for flag -", " for --", 1)
+}
+
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
@@ -174,8 +188,17 @@ func firstLine(s string) string {
 }
 
 // PrintDefaults writes one line per flag: name, variable, default, roles and usage.
-func (s *Set) PrintDefaults(w io.Writer) {
-	specs := append([]*spec(nil), s.specs...)
+func (s *Set) PrintDefaults(w io.Writer) { s.PrintRole(w, "") }
+
+// PrintRole is PrintDefaults for the flags role reads: those tagged with
+// it and those every role reads ("" or "all": every flag).
+func (s *Set) PrintRole(w io.Writer, role string) {
+	var specs []*spec
+	for _, sp := range s.specs {
+		if role == "" || role == "all" || len(sp.roles) == 0 || slices.Contains(sp.roles, role) {
+			specs = append(specs, sp)
+		}
+	}
 	sort.SliceStable(specs, func(i, j int) bool { return specs[i].name < specs[j].name })
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  FLAG\tVARIABLE\tDEFAULT\tROLES\tMEANING")

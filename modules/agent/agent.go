@@ -335,7 +335,7 @@ func (c *Config) Register(s *config.Set) {
 	s.Int(&c.BrowserSlots, "browser-slots", "FLEET_AGENT_BROWSER_SLOTS", 2, "how many Chromium processes the agent's workers may run at once", role)
 	s.String(&c.BrowserUser, "browser-user", "FLEET_BROWSER_USER", "", "when the agent or assistant runs as root: the unprivileged user Chromium runs as (empty: nobody)", config.Roles("agent", "assistant"))
 	s.Bool(&c.BrowserNoSandbox, "browser-no-sandbox", "FLEET_BROWSER_NO_SANDBOX", false, "run Chromium WITHOUT its sandbox: only for a container that cannot give it user namespaces; warns at every start", config.Roles("agent", "assistant"))
-	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "agent reset-state", "assistant"))
+	s.String(&c.StateDir, "state-dir", "FLEET_STATE_DIR", "", "directory of the agent's local state: credentials, cookies, journal (SQLite, 0600); the assistant's tasks, secrets and browser profile", config.Roles("agent", "assistant"))
 }
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
