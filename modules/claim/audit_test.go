@@ -15,7 +15,7 @@ import (
 // TestClaimActionsLandInTheAuditLog: an outcome is audited with the lease's
 // and the action's facts (token, holder, operation id, times), and so is a
 // lease the sweeper releases; the grants themselves are in claim_transitions.
-// The pages are tested through the panel's real router (claim/web).
+// The pages are tested in claim/web, through the panel's real router.
 func TestClaimActionsLandInTheAuditLog(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
