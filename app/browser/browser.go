@@ -48,7 +48,11 @@ const DefaultUser = "nobody"
 // fresh --user-data-dir and --remote-debugging-pipe. They keep Chromium
 // from phoning home, updating itself or needing a GPU or /dev/shm. Chromium's
 // sandbox stays on: there is no --no-sandbox here (see Options.NoSandbox).
+// WebRTC may use UDP only through the proxy (none does, so no UDP at all):
+// STUN and TURN would otherwise let a page send packets around the egress
+// guard's proxy to any address and port.
 var BaseFlags = []string{
+	"webrtc-ip-handling-policy=disable_non_proxied_udp",
 	"disable-gpu",
 	"disable-quic",
 	"disable-background-networking",

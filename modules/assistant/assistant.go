@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := r.Recover(ctx); err != nil {
 		return fmt.Errorf("assistant: recover: %w", err)
 	}
-	if _, err := r.secrets(ctx); err != nil {
+	if _, _, err := r.secrets(ctx); err != nil {
 		return err
 	}
 

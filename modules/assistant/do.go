@@ -45,9 +45,31 @@ func (r *Runner) do(ctx context.Context, ru *run, name string, args any) outcome
 		out.result = "error: " + err.Error()
 	}
 	for _, b := range r.Browser.Blocked() {
+		if len(ru.tainted) > 0 {
+			// A page holding a secret could spell it into the path of a
+			// request it knows will be refused: only the site is told.
+			o := gate.Origin(strings.Fields(b)[0])
+			if o == "" {
+				o = "an address"
+			}
+			b = o + " (its path withheld: a secret was typed in this task)"
+		}
 		out.result += "\n(the browser refused a request to " + b + ")"
 	}
 	return out
+}
+
+// taintNote is what the model gets instead of a tainted tab's text.
+func taintNote(ru *run, tab string) string {
+	return fmt.Sprintf("tab %s: its text, title and address are withheld from you because {{secret:%s}} was typed into it, and the page could echo it in any form (reversed, spaced out, encoded). To read on, load a page in it with navigate, or open another tab.", tab, ru.tainted[tab])
+}
+
+// tabLine describes a tab to the model: a tainted tab by its site only.
+func tabLine(ru *run, name string, t browse.Tab) string {
+	if _, ok := ru.tainted[name]; ok {
+		return fmt.Sprintf("(withheld: a secret was typed into it) at a page of %s", gate.Origin(t.URL))
+	}
+	return fmt.Sprintf("%q at %s", t.Title, t.URL)
 }
 
 func (r *Runner) tab(ru *run) (string, error) {
@@ -72,8 +94,95 @@ func (r *Runner) shot(ru *run) []byte {
 
 var placeholder = regexp.MustCompile(`\{\{(secret|draft):([a-z][a-z0-9_-]{0,31})\}\}`)
 
+// secretNames lists the secrets text asks for, once each, in order.
+func secretNames(text string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range placeholder.FindAllStringSubmatch(text, -1) {
+		if m[1] == "secret" && !seen[m[2]] {
+			seen[m[2]] = true
+			out = append(out, m[2])
+		}
+	}
+	return out
+}
+
+// destinations are the origins a value typed into an element can reach:
+// the page's and, in a form, every URL the form can be sent to.
+func destinations(info browse.ElementInfo) []string {
+	out := []string{gate.Origin(info.PageURL)}
+	if info.InForm {
+		targets := info.FormTargets
+		if len(targets) == 0 {
+			targets = []string{info.FormAction}
+		}
+		for _, t := range targets {
+			o := gate.Origin(t)
+			if o == "" {
+				o = t // javascript:, data: and the like: no origin a secret names
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// refuseSecrets says why the named secrets may not go to dests ("" when
+// every one of them belongs to every destination). It names secrets and
+// origins, never values.
+func refuseSecrets(ru *run, names, dests []string) string {
+	for _, n := range names {
+		rule, ok := ru.rules[n]
+		if !ok {
+			continue // expand says there is no such secret
+		}
+		for _, d := range dests {
+			if rule.origins[d] {
+				continue
+			}
+			belongs := "no site (it was stored before secrets named theirs: store it again with its site)"
+			if len(rule.origins) > 0 {
+				belongs = strings.Join(sortedKeys(rule.origins), ", ")
+			}
+			where := "this page is on " + d
+			if d != dests[0] {
+				where = "this field's form is sent to " + d
+			}
+			if d == "" {
+				where = "this page has no web origin"
+			}
+			return fmt.Sprintf("refused to type {{secret:%s}}: it belongs to %s, and %s. Nothing was typed", n, belongs, where)
+		}
+	}
+	return ""
+}
+
+// askSecrets lists the named secrets the person has not allowed on every
+// destination without asking.
+func askSecrets(ru *run, names, dests []string) []string {
+	var out []string
+	for _, n := range names {
+		for _, d := range dests {
+			if !ru.rules[n].noAsk[d] {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // expand fills placeholders at typing time. It reports whether a draft was
-// used.
+// used. Callers have checked the secrets' origins (refuseSecrets).
 func (r *Runner) expand(ctx context.Context, ru *run, text string) (string, bool, error) {
 	drafts, err := r.St.Drafts(ctx, ru.task.ID)
 	if err != nil {
@@ -98,6 +207,13 @@ func (r *Runner) expand(ctx context.Context, ru *run, text string) (string, bool
 		return v
 	})
 	return out, usedDraft, missing
+}
+
+// refused ends the task: a secret was asked for where it does not belong.
+// A page that asks for it is an attack or a mistake; either way the
+// person decides what happens next, not the model.
+func refused(why string) outcome {
+	return outcome{status: store.StatusStopped, reason: why, result: why}
 }
 
 func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (outcome, error) {
@@ -133,6 +249,8 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 		if err != nil {
 			return outcome{}, err
 		}
+		delete(ru.tainted, a.Name) // a reused name is a new tab
+		_ = r.saveTaint(ctx, ru)
 		return outcome{result: fmt.Sprintf("opened tab %s: %q at %s", a.Name, t.Title, t.URL), shot: r.shot(ru)}, nil
 	case tabArgs:
 		id, ok := ru.task.Tabs[a.Name]
@@ -141,6 +259,8 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 		}
 		if name == "close_tab" {
 			delete(ru.task.Tabs, a.Name)
+			delete(ru.tainted, a.Name)
+			_ = r.saveTaint(ctx, ru)
 			if ru.cur == a.Name {
 				ru.cur = ""
 			}
@@ -154,7 +274,7 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 			return outcome{}, err
 		}
 		ru.cur = a.Name
-		return outcome{result: fmt.Sprintf("current tab: %s: %q at %s", a.Name, t.Title, t.URL), shot: r.shot(ru)}, nil
+		return outcome{result: fmt.Sprintf("current tab: %s: %s", a.Name, tabLine(ru, a.Name, t)), shot: r.shot(ru)}, nil
 	case navigateArgs:
 		id, err := r.tab(ru)
 		if err != nil {
@@ -171,6 +291,10 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 		if err != nil {
 			return outcome{}, err
 		}
+		// A page the assistant loaded afresh (a GET the model chose, not
+		// the page's own doing) never held the secret typed before.
+		delete(ru.tainted, ru.cur)
+		_ = r.saveTaint(ctx, ru)
 		return outcome{result: fmt.Sprintf("tab %s now at %s: %q", ru.cur, t.URL, t.Title), shot: r.shot(ru)}, nil
 	case elementArgs:
 		id, err := r.tab(ru)
@@ -178,6 +302,9 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 			return outcome{}, err
 		}
 		if name == "extract" {
+			if _, ok := ru.tainted[ru.cur]; ok {
+				return outcome{result: taintNote(ru, ru.cur)}, nil
+			}
 			s, err := r.Browser.Extract(ctx, id, a.Element)
 			if err != nil {
 				return outcome{}, err
@@ -198,6 +325,36 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 		info, err := r.Browser.Info(ctx, id, a.Element)
 		if err != nil {
 			return outcome{}, err
+		}
+		if names := secretNames(a.Text); len(names) > 0 {
+			dests := destinations(info)
+			if why := refuseSecrets(ru, names, dests); why != "" {
+				return refused(why), nil
+			}
+			if ask := askSecrets(ru, names, dests); len(ask) > 0 {
+				act := Action{Kind: "type", Tab: ru.cur, PageURL: info.PageURL, Element: a.Element,
+					Text:   fmt.Sprintf("type %s into [%d] %s on %s", a.Text, a.Element, firstNonEmpty(info.Label, info.Name, info.ID, info.Tag), dests[0]),
+					Target: strings.Join(info.FormTargets, ", "), Method: strings.ToUpper(info.FormMethod)}
+				if !info.InForm {
+					act.Target = dests[0] + " (the page itself: no form)"
+				}
+				for _, n := range ask {
+					act.Reasons = append(act.Reasons, fmt.Sprintf("it types the stored secret {{secret:%s}} into a page of %s", n, dests[0]))
+				}
+				ok, o := r.hold(ctx, ru, act, func() ([]byte, error) { return r.Browser.Highlighted(ctx, id, a.Element) })
+				if !ok {
+					return o, nil
+				}
+				// The page must still be what the person approved.
+				again, err := r.Browser.Info(ctx, id, a.Element)
+				if err != nil || again.PageURL != info.PageURL || strings.Join(destinations(again), " ") != strings.Join(dests, " ") {
+					return outcome{result: "the page changed after the approval; nothing was typed. Read the page again."}, nil
+				}
+			}
+			ru.tainted[ru.cur] = names[0]
+			if err := r.saveTaint(ctx, ru); err != nil {
+				return outcome{}, err
+			}
 		}
 		text, _, err := r.expand(ctx, ru, a.Text)
 		if err != nil {
@@ -225,6 +382,18 @@ func (r *Runner) doTool(ctx context.Context, ru *run, name string, args any) (ou
 		id, err := r.tab(ru)
 		if err != nil {
 			return outcome{}, err
+		}
+		info, err := r.Browser.Info(ctx, id, a.Element)
+		if err != nil {
+			return outcome{}, err
+		}
+		if v := gate.Select(info, a.Value, ru.policy); v.Risky {
+			act := Action{Kind: "select", Tab: ru.cur, PageURL: info.PageURL, Element: a.Element,
+				Text: fmt.Sprintf("choose %q in [%d] %s", a.Value, a.Element, firstNonEmpty(info.Label, info.Name, info.ID)), Target: info.PageURL, Reasons: v.Reasons}
+			ok, o := r.hold(ctx, ru, act, func() ([]byte, error) { return r.Browser.Highlighted(ctx, id, a.Element) })
+			if !ok {
+				return o, nil
+			}
 		}
 		if err := r.Browser.Select(ctx, id, a.Element, a.Value); err != nil {
 			return outcome{}, err
@@ -273,7 +442,7 @@ func (r *Runner) listTabs(ru *run) string {
 		if n == ru.cur {
 			cur = " (current)"
 		}
-		fmt.Fprintf(&b, "%s%s: %q %s\n", n, cur, t.Title, t.URL)
+		fmt.Fprintf(&b, "%s%s: %s\n", n, cur, tabLine(ru, n, t))
 	}
 	return strings.TrimSpace(b.String())
 }
@@ -290,6 +459,9 @@ func (r *Runner) readPage(ctx context.Context, ru *run) (outcome, error) {
 	id, err := r.tab(ru)
 	if err != nil {
 		return outcome{}, err
+	}
+	if _, ok := ru.tainted[ru.cur]; ok {
+		return outcome{result: taintNote(ru, ru.cur), shot: r.shot(ru)}, nil
 	}
 	v, err := r.Browser.Read(ctx, id)
 	if err != nil {
@@ -334,6 +506,9 @@ func (r *Runner) click(ctx context.Context, ru *run, id string, n int) (outcome,
 			return outcome{}, err
 		}
 		t, _ := r.Browser.Switch(id)
+		if _, ok := ru.tainted[ru.cur]; ok {
+			return outcome{result: fmt.Sprintf("clicked [%d]; tab %s %s", n, ru.cur, tabLine(ru, ru.cur, t)), shot: r.shot(ru)}, nil
+		}
 		return outcome{result: fmt.Sprintf("clicked [%d] %s; tab %s at %s", n, firstNonEmpty(info.Text, info.Label, info.Value), ru.cur, t.URL), shot: r.shot(ru)}, nil
 	}
 	act := Action{Kind: "click", Tab: ru.cur, PageURL: info.PageURL, Element: n, Text: firstNonEmpty(info.Text, info.Label, info.Value, info.Title),
@@ -366,6 +541,9 @@ func (r *Runner) click(ctx context.Context, ru *run, id string, n int) (outcome,
 			if f.Name == name && f.Type == "textarea" && ru.task.KeepLabel && ru.label != "" && !strings.Contains(val, ru.label) {
 				val = strings.TrimRight(val, "\n") + "\n\n" + ru.label
 			}
+		}
+		if why := refuseSecrets(ru, secretNames(val), destinations(info)); why != "" {
+			return refused(why), nil
 		}
 		full, _, err := r.expand(ctx, ru, val)
 		if err != nil {
@@ -402,6 +580,9 @@ func (r *Runner) click(ctx context.Context, ru *run, id string, n int) (outcome,
 		return outcome{status: store.StatusUnknown, reason: "UNKNOWN: the approved action " + what + " failed midway: " + cerr.Error() + "; check the site", result: "the approved click may or may not have happened"}, nil
 	}
 	t, _ := r.Browser.Switch(id)
+	if _, ok := ru.tainted[ru.cur]; ok {
+		return outcome{result: fmt.Sprintf("approved by the person and done: clicked [%d]; tab %s %s", n, ru.cur, tabLine(ru, ru.cur, t)), shot: r.shot(ru)}, nil
+	}
 	return outcome{result: fmt.Sprintf("approved by the person and done: clicked [%d] %s; tab %s at %s", n, act.Text, ru.cur, t.URL), shot: r.shot(ru)}, nil
 }
 

@@ -267,19 +267,25 @@ func debugPage(p *rod.Page) string {
 
 const secretValue = "Sup3r-Secret-Pa55word-4471"
 
-// A stored secret reaches the page only at typing time: the model sees
-// its placeholder (even when the page echoes the value back), the approval
-// screen names it, and no model request, log line or state file holds it.
+// A stored secret reaches the page only at typing time, and nothing of it
+// reaches the model: the exfiltration page echoes the typed value reversed
+// and spaced out, so the tab's text, title and address are withheld from
+// the model once a secret was typed into it, until the assistant loads a
+// new page in it. Nor does the secret reach a log line or a state file.
 func TestSecretNeverReachesModelLogOrState(t *testing.T) {
 	f := start(t, stub.Script{Steps: []stub.Step{
-		step("open_tab", map[string]any{"name": "page", "url": "$url:/inject/secret"}),
+		step("open_tab", map[string]any{"name": "page", "url": "$url:/inject/exfil"}),
 		step("read_page", map[string]any{}),
-		step("type", map[string]any{"element": "$el:password", "text": "{{secret:sitepw}}"}),
+		step("type", map[string]any{"element": "$el:textbox:text \"search", "text": "{{secret:sitepw}}"}),
 		step("read_page", map[string]any{}),
-		step("click", map[string]any{"element": "$el:\"continue\""}),
+		step("extract", map[string]any{"element": "$el:textbox:text \"search"}),
+		step("list_tabs", map[string]any{}),
+		step("switch_tab", map[string]any{"name": "page"}),
+		step("navigate", map[string]any{"url": "$url:/inject/exfil"}),
+		step("read_page", map[string]any{}),
 		step("finish", map[string]any{"summary": "done"}),
 	}}, nil)
-	resp, _, err := f.Post("/secrets", url.Values{"name": {"sitepw"}, "value": {secretValue}})
+	resp, _, err := f.Post("/secrets", url.Values{"name": {"sitepw"}, "value": {secretValue}, "origins": {f.StudioURL}, "no_ask": {"1"}})
 	require.NoError(t, err)
 	require.Equal(t, 200, resp.StatusCode)
 	_, settings, err := f.Get("/settings")
@@ -287,24 +293,31 @@ func TestSecretNeverReachesModelLogOrState(t *testing.T) {
 	require.Contains(t, settings, "{{secret:sitepw}}")
 	require.NotContains(t, settings, secretValue)
 
-	id, err := f.Submit("Log in to keep publishing.", f.urls("/inject/secret"), nil)
+	id, err := f.Submit("Search the studio.", f.urls("/inject/exfil"), nil)
 	require.NoError(t, err)
-	task, err := f.Wait(id, 60*time.Second, true)
+	task, err := f.Wait(id, 60*time.Second, false, store.StatusDone, store.StatusStopped, store.StatusFailed)
 	require.NoError(t, err)
-	_, page, err := f.Get("/approvals/" + itoa(task.Pending[0]))
-	require.NoError(t, err)
-	require.Contains(t, page, "{{secret:sitepw}}")
-	require.NotContains(t, page, secretValue)
-	require.Contains(t, page, "127.0.0.2", "the target is the outside address")
-	require.Contains(t, page, "a domain not in the task")
-	require.NoError(t, f.Decide(task.Pending[0], false))
-	_, err = f.Wait(id, 60*time.Second, false, store.StatusDone)
-	require.NoError(t, err)
+	require.Equal(t, store.StatusDone, task.Status, task.StopReason)
+	require.Contains(t, f.Studio.Oracle().Keystrokes, secretValue, "the page got the secret, so it had something to echo")
 	require.Empty(t, f.Outside.Requests())
 
 	sent := f.modelText(t)
-	require.False(t, strings.Contains(sent, secretValue), "the secret reached the model")
-	require.True(t, strings.Contains(sent, `value=\"{{secret:sitepw}}\"`) || strings.Contains(sent, `value="{{secret:sitepw}}"`), "the echoed value is shown as its placeholder")
+	runes := []rune(secretValue)
+	reversed := make([]rune, len(runes))
+	for i, r := range runes {
+		reversed[len(runes)-1-i] = r
+	}
+	spaced := strings.Join(strings.Split(secretValue, ""), " ")
+	for what, v := range map[string]string{"as typed": secretValue, "reversed": string(reversed), "spaced out": spaced, "in a URL": url.QueryEscape(secretValue),
+		"lower-case": strings.ToLower(secretValue), "a long piece": secretValue[3:17]} {
+		require.False(t, strings.Contains(sent, v), "the secret reached the model %s", what)
+	}
+	require.Contains(t, sent, "withheld from you because {{secret:sitepw}} was typed into it")
+	require.Contains(t, sent, "(withheld: a secret was typed into it) at a page of "+f.StudioURL)
+	// Loaded afresh by the assistant, the page is read again.
+	reqs := f.model.Requests()
+	require.Contains(t, string(reqs[len(reqs)-1]), "Account check")
+	require.Contains(t, string(reqs[len(reqs)-1]), "Backwards:")
 	require.NoError(t, f.StopAssistant())
 	require.False(t, strings.Contains(f.log.String(), secretValue), "the secret reached the log")
 	var files int

@@ -1379,11 +1379,18 @@ func joinReasons(rs []string) string {
 	return out
 }
 
+// SecretView is a stored secret as the settings page lists it (no value).
+type SecretView struct {
+	Name    string
+	Origins []string
+	NoAsk   bool
+}
+
 // SettingsModel is the settings page.
 type SettingsModel struct {
 	Label, Phrases, Domains      string
 	DayTokens, DaySteps, DayCost string
-	SecretNames                  []string
+	Secrets                      []SecretView
 	Defaults                     store.Limits
 	Flashes                      []views.Flash
 }
@@ -1424,7 +1431,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var74 string
 			templ_7745c5c3_Var74, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.Label).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 342, Col: 135}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 349, Col: 135}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var74)
 			if templ_7745c5c3_Err != nil {
@@ -1437,7 +1444,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var75 string
 			templ_7745c5c3_Var75, templ_7745c5c3_Err = templ.JoinStringErrs(m.Phrases)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 343, Col: 130}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 350, Col: 130}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var75))
 			if templ_7745c5c3_Err != nil {
@@ -1450,7 +1457,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var76 string
 			templ_7745c5c3_Var76, templ_7745c5c3_Err = templ.JoinStringErrs(m.Domains)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 344, Col: 87}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 351, Col: 87}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var76))
 			if templ_7745c5c3_Err != nil {
@@ -1463,7 +1470,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var77 string
 			templ_7745c5c3_Var77, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.DayTokens).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 345, Col: 85}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 352, Col: 85}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var77)
 			if templ_7745c5c3_Err != nil {
@@ -1476,7 +1483,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var78 string
 			templ_7745c5c3_Var78, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.DaySteps).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 346, Col: 76}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 353, Col: 76}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var78)
 			if templ_7745c5c3_Err != nil {
@@ -1489,7 +1496,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var79 string
 			templ_7745c5c3_Var79, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.DayCost).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 347, Col: 79}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 354, Col: 79}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var79)
 			if templ_7745c5c3_Err != nil {
@@ -1502,7 +1509,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var80 string
 			templ_7745c5c3_Var80, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(m.Defaults.Steps))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 350, Col: 73}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 357, Col: 73}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var80))
 			if templ_7745c5c3_Err != nil {
@@ -1515,7 +1522,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var81 string
 			templ_7745c5c3_Var81, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(m.Defaults.Tokens))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 350, Col: 114}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 357, Col: 114}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var81))
 			if templ_7745c5c3_Err != nil {
@@ -1528,7 +1535,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var82 string
 			templ_7745c5c3_Var82, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(m.Defaults.CostUSD))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 350, Col: 158}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 357, Col: 158}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var82))
 			if templ_7745c5c3_Err != nil {
@@ -1541,7 +1548,7 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var83 string
 			templ_7745c5c3_Var83, templ_7745c5c3_Err = templ.JoinStringErrs(m.Defaults.WallTime.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 350, Col: 192}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 357, Col: 192}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var83))
 			if templ_7745c5c3_Err != nil {
@@ -1554,36 +1561,69 @@ func settingsPage(m SettingsModel) templ.Component {
 			var templ_7745c5c3_Var84 string
 			templ_7745c5c3_Var84, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(m.Defaults.Tabs))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 350, Col: 235}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 357, Col: 235}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var84))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, " tabs.</p></div><div class=\"card\"><div class=\"card-head\"><h2>Secrets</h2></div><p class=\"muted\">The model sees only the name, as a placeholder; the value is sealed in the state dir and typed at the last moment.</p><ul data-testid=\"secrets\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, " tabs.</p></div><div class=\"card\"><div class=\"card-head\"><h2>Secrets</h2></div><p class=\"muted\">The model sees only the name, as a placeholder; the value is sealed in the state dir and typed at the last moment, only on pages of the sites it belongs to and into forms sent to them. Anywhere else the task stops.</p><ul data-testid=\"secrets\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			for _, n := range m.SecretNames {
+			for _, sec := range m.Secrets {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 127, "<li><code>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var85 string
-				templ_7745c5c3_Var85, templ_7745c5c3_Err = templ.JoinStringErrs("{{secret:" + n + "}}")
+				templ_7745c5c3_Var85, templ_7745c5c3_Err = templ.JoinStringErrs("{{secret:" + sec.Name + "}}")
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 357, Col: 39}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 365, Col: 43}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var85))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 128, "</code></li>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 128, "</code> on ")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var86 string
+				templ_7745c5c3_Var86, templ_7745c5c3_Err = templ.JoinStringErrs(strings.Join(sec.Origins, ", "))
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/assistant/pages.templ`, Line: 365, Col: 89}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var86))
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 129, " ")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				if len(sec.Origins) == 0 {
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 130, "<strong>no site: store it again with its site(s), it is typed nowhere until then</strong>")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+				} else if sec.NoAsk {
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 131, "<span class=\"muted\">(typed there without asking)</span>")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+				} else {
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 132, "<span class=\"muted\">(each time held for your approval)</span>")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 133, "</li>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 129, "</ul><form method=\"post\" action=\"/secrets\" data-testid=\"add-secret\" autocomplete=\"off\"><label>Name<input name=\"name\" required pattern=\"[a-z][a-z0-9_\\-]{0,31}\"></label> <label>Value<input name=\"value\" type=\"password\" required></label> <button type=\"submit\">Store</button></form></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 134, "</ul><form method=\"post\" action=\"/secrets\" data-testid=\"add-secret\" autocomplete=\"off\"><label>Name<input name=\"name\" required pattern=\"[a-z][a-z0-9_\\-]{0,31}\"></label> <label>Value<input name=\"value\" type=\"password\" required></label> <label>Sites it belongs to (one a line, like https://bank.example)<textarea name=\"origins\" rows=\"2\" required></textarea></label> <label><input type=\"checkbox\" name=\"no_ask\" value=\"1\"> Type it on these sites without asking me each time</label> <button type=\"submit\">Store</button></form></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -282,35 +282,93 @@ func (r *Runner) Answer(taskID int64, answer string) error {
 	}
 }
 
-// secrets opens the stored secrets (name → value) and registers their
-// values with the log redactor.
-func (r *Runner) secrets(ctx context.Context) (map[string]string, error) {
+// secretRule is where a stored secret may be typed.
+type secretRule struct {
+	origins map[string]bool // the origins it belongs to
+	noAsk   map[string]bool // of those, where it is typed without asking
+}
+
+// secretContext binds a sealed secret to its name and origins: origins
+// changed in the state file behind the UI's back no longer open it.
+func secretContext(name string, origins, noAsk []string) string {
+	if len(origins) == 0 {
+		return "assistant-secret:" + name // stored before secrets named origins
+	}
+	return "assistant-secret:" + name + "\norigins:" + strings.Join(origins, " ") + "\nno-ask:" + strings.Join(noAsk, " ")
+}
+
+// secrets opens the stored secrets (name → value, name → where it may be
+// typed) and registers their values with the log redactor.
+func (r *Runner) secrets(ctx context.Context) (map[string]string, map[string]secretRule, error) {
 	sealed, err := r.St.Secrets(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := map[string]string{}
-	for name, b := range sealed {
-		v, err := r.Vault.Open(b, "assistant-secret:"+name)
+	rules := map[string]secretRule{}
+	for name, sec := range sealed {
+		v, err := r.Vault.Open(sec.Sealed, secretContext(name, sec.Origins, sec.NoAsk))
 		if err != nil {
-			return nil, fmt.Errorf("assistant: secret %s: %w", name, err)
+			return nil, nil, fmt.Errorf("assistant: secret %s: %w (its origins were changed outside the assistant: store it again)", name, err)
 		}
 		out[name] = string(v)
 		logging.RegisterSecret(string(v))
+		rule := secretRule{origins: map[string]bool{}, noAsk: map[string]bool{}}
+		for _, o := range sec.Origins {
+			rule.origins[o] = true
+		}
+		for _, o := range sec.NoAsk {
+			rule.noAsk[o] = true
+		}
+		rules[name] = rule
 	}
+	return out, rules, nil
+}
+
+// SecretOrigins parses the origins a secret belongs to (one a line or
+// separated by spaces or commas): each must be an http(s) URL; only its
+// origin is kept.
+func SecretOrigins(text string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range strings.FieldsFunc(text, func(r rune) bool { return r == '\n' || r == '\r' || r == ' ' || r == ',' || r == '\t' }) {
+		o := gate.Origin(f)
+		if o == "" {
+			return nil, fmt.Errorf("assistant: %q is not a site: give the address it is typed on, like https://bank.example", f)
+		}
+		if !seen[o] {
+			seen[o] = true
+			out = append(out, o)
+		}
+	}
+	sort.Strings(out)
 	return out, nil
 }
 
-// PutSecret seals and stores a secret under a placeholder name.
-func (r *Runner) PutSecret(ctx context.Context, name, value string) error {
+// PutSecret seals and stores a secret under a placeholder name. It may be
+// typed only on pages of origins, and on those in noAsk (a subset) without
+// the person approving each time.
+func (r *Runner) PutSecret(ctx context.Context, name, value string, origins, noAsk []string) error {
 	if !tabName.MatchString(name) {
 		return fmt.Errorf("assistant: secret name %q must be lower-case letters, digits, - or _", name)
 	}
 	if value == "" {
 		return errors.New("assistant: the secret's value is empty")
 	}
+	if len(origins) == 0 {
+		return fmt.Errorf("assistant: secret %s needs the site(s) it belongs to (like https://bank.example): it is typed on no other", name)
+	}
+	in := map[string]bool{}
+	for _, o := range origins {
+		in[o] = true
+	}
+	for _, o := range noAsk {
+		if !in[o] {
+			return fmt.Errorf("assistant: secret %s: %s is not one of its sites, so it cannot be typed there without asking", name, o)
+		}
+	}
 	logging.RegisterSecret(value)
-	return r.St.PutSecret(ctx, name, r.Vault.Seal([]byte(value), "assistant-secret:"+name))
+	return r.St.PutSecret(ctx, store.Secret{Name: name, Sealed: r.Vault.Seal([]byte(value), secretContext(name, origins, noAsk)), Origins: origins, NoAsk: noAsk})
 }
 
 // scrub replaces every secret value in s with its placeholder.
@@ -335,6 +393,11 @@ type run struct {
 	cur     string // current tab name
 	plan    map[string]bool
 	secrets map[string]string
+	rules   map[string]secretRule
+	// tainted holds the tabs a secret was typed into (name → secret):
+	// their text is withheld from the model until the assistant loads a
+	// new page in them.
+	tainted map[string]string
 	n       int // steps recorded
 	started time.Time
 	prior   time.Duration // wall time of earlier runs
@@ -393,7 +456,11 @@ func (r *Runner) execute(ctx context.Context, id int64) {
 		defer r.mu.Unlock()
 		return ru.plan[h]
 	})
-	if ru.secrets, err = r.secrets(ctx); err != nil {
+	ru.tainted = map[string]string{}
+	// A resumed task keeps its tainted tabs (an attached Chrome keeps them
+	// open across a restart of the assistant).
+	_ = json.Unmarshal([]byte(r.setting(ctx, taintKey(id), "{}")), &ru.tainted)
+	if ru.secrets, ru.rules, err = r.secrets(ctx); err != nil {
 		r.end(ctx, ru, store.StatusFailed, err.Error())
 		return
 	}
@@ -490,6 +557,14 @@ func (r *Runner) end(ctx context.Context, ru *run, status, reason string) {
 		r.Log.Error("assistant: end task", "task", ru.task.ID, "err", err)
 	}
 	r.Log.Info("assistant: task ended", "task", ru.task.ID, "status", status, "reason", scrub(reason, ru.secrets))
+}
+
+func taintKey(task int64) string { return fmt.Sprintf("tainted_tabs_%d", task) }
+
+// saveTaint records the task's tainted tabs (tab → secret name).
+func (r *Runner) saveTaint(ctx context.Context, ru *run) error {
+	b, _ := json.Marshal(ru.tainted)
+	return r.St.SetSetting(ctx, taintKey(ru.task.ID), string(b))
 }
 
 func (r *Runner) stopRequested(id int64) bool {

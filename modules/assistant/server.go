@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -124,6 +125,7 @@ func (u *ui) routes() http.Handler {
 	m.Get("/settings", u.settings)
 	m.Post("/settings", u.saveSettings)
 	m.Post("/secrets", u.addSecret)
+	m.Post("/api/secrets", u.apiAddSecret)
 	m.Get("/api/tasks", u.apiTasks)
 	return m
 }
@@ -428,9 +430,10 @@ func (u *ui) settingsModel(r *http.Request) (SettingsModel, error) {
 	}
 	m := SettingsModel{Label: s(ctx, keyLabel, defaultLabelText), Phrases: s(ctx, keyRiskyPhrases, ""), Domains: s(ctx, keyRiskyDomains, ""),
 		DayTokens: s(ctx, keyDayTokens, "0"), DaySteps: s(ctx, keyDaySteps, "0"), DayCost: s(ctx, keyDayCost, "0"), Defaults: u.r.Defaults}
-	for n := range names {
-		m.SecretNames = append(m.SecretNames, n)
+	for n, sec := range names {
+		m.Secrets = append(m.Secrets, SecretView{Name: n, Origins: sec.Origins, NoAsk: len(sec.NoAsk) > 0})
 	}
+	sort.Slice(m.Secrets, func(i, j int) bool { return m.Secrets[i].Name < m.Secrets[j].Name })
 	return m, nil
 }
 
@@ -466,11 +469,50 @@ func (u *ui) saveSettings(w http.ResponseWriter, r *http.Request) {
 }
 
 func (u *ui) addSecret(w http.ResponseWriter, r *http.Request) {
-	if err := u.r.PutSecret(r.Context(), strings.TrimSpace(r.FormValue("name")), r.FormValue("value")); err != nil {
+	origins, err := SecretOrigins(r.FormValue("origins"))
+	if err != nil {
+		u.bad(w, r, err.Error())
+		return
+	}
+	var noAsk []string
+	if r.FormValue("no_ask") == "1" {
+		noAsk = origins
+	}
+	if err := u.r.PutSecret(r.Context(), strings.TrimSpace(r.FormValue("name")), r.FormValue("value"), origins, noAsk); err != nil {
 		u.bad(w, r, err.Error())
 		return
 	}
 	http.Redirect(w, r, "/settings", http.StatusSeeOther)
+}
+
+// SecretJSON is a secret as POST /api/secrets takes it: the sites it
+// belongs to are required; NoAsk are those of them where it is typed
+// without asking the person each time.
+type SecretJSON struct {
+	Name    string   `json:"name"`
+	Value   string   `json:"value"`
+	Origins []string `json:"origins"`
+	NoAsk   []string `json:"no_ask"`
+}
+
+func (u *ui) apiAddSecret(w http.ResponseWriter, r *http.Request) {
+	var in SecretJSON
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&in); err != nil {
+		http.Error(w, "assistant: the body must be JSON like {\"name\":\"bankpw\",\"value\":\"…\",\"origins\":[\"https://bank.example\"]}", http.StatusBadRequest)
+		return
+	}
+	origins, err := SecretOrigins(strings.Join(in.Origins, "\n"))
+	if err == nil {
+		var noAsk []string
+		if noAsk, err = SecretOrigins(strings.Join(in.NoAsk, "\n")); err == nil {
+			err = u.r.PutSecret(r.Context(), strings.TrimSpace(in.Name), in.Value, origins, noAsk)
+		}
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // TaskJSON is a task as /api/tasks lists it (for scripts and the eval).

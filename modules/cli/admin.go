@@ -192,11 +192,7 @@ func setDispatchMode(ctx context.Context, c *Call, o *dispatchOptions) error {
 	if o.tenant == "" || o.mode == "" {
 		return usagef("--tenant and --mode (race or assign) are required")
 	}
-	return c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
-		t, err := tenant.BySlug(ctx, pool, o.tenant)
-		if err != nil {
-			return err
-		}
+	return withTenant(ctx, c, o.tenant, func(pool *pgxpool.Pool, t tenant.Tenant) error {
 		if err := claim.NewStore(pool, nil).SetDispatchMode(ctx, actor(), t.ID, o.mode); err != nil {
 			return err
 		}
@@ -216,11 +212,7 @@ func issueAgentToken(ctx context.Context, c *Call, o *tokenOptions) error {
 	if o.tenant == "" || o.agent == "" {
 		return usagef("--tenant and --agent are required")
 	}
-	return c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
-		t, err := tenant.BySlug(ctx, pool, o.tenant)
-		if err != nil {
-			return err
-		}
+	return withTenant(ctx, c, o.tenant, func(pool *pgxpool.Pool, t tenant.Tenant) error {
 		st := fleet.NewStore(pool, nil)
 		id, err := st.AgentByName(ctx, t.ID, o.agent)
 		if err != nil {

@@ -90,11 +90,7 @@ func withCrawl(ctx context.Context, c *Call, slug string, fn func(svc *crawl.Ser
 	if slug == "" {
 		return usagef("--tenant is required")
 	}
-	err := c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
-		t, err := tenant.BySlug(ctx, pool, slug)
-		if err != nil {
-			return err
-		}
+	err := withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t tenant.Tenant) error {
 		rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 		if err != nil {
 			return fmt.Errorf("crawl: river: %w", err)
@@ -324,13 +320,13 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 			case "csv":
 				row := []string{it.Key, it.FirstSeen.UTC().Format(time.RFC3339), it.LastSeen.UTC().Format(time.RFC3339), it.ChangedAt.UTC().Format(time.RFC3339)}
 				for _, col := range cols {
-					row = append(row, cell(it.Data[col]))
+					row = append(row, crawl.Cell(it.Data[col]))
 				}
 				_ = cw.Write(row)
 			default:
 				row := []string{it.Key, it.FirstSeen.UTC().Format("2006-01-02 15:04:05")}
 				for _, col := range cols {
-					row = append(row, cell(it.Data[col]))
+					row = append(row, crawl.Cell(it.Data[col]))
 				}
 				fmt.Fprintln(stdout, strings.Join(row, "\t"))
 			}
@@ -344,21 +340,6 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 		cw.Flush()
 	}
 	return nil
-}
-
-// cell renders an item value for CSV and tables.
-func cell(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	default:
-		b, _ := json.Marshal(x)
-		return string(b)
-	}
 }
 
 func crawlPause(pause bool) func(ctx context.Context, c *Call, o *tenantOption) error {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
@@ -28,20 +27,14 @@ func limitCommands() []Command {
 	return []Command{
 		define(Command{Name: "limit show", Roles: panelRole, DB: true, Detail: detail,
 			Summary: "the global limits, or a tenant's (--tenant) with what applies to it"},
-			limitFlags, func(ctx context.Context, c *Call, o *limitOptions) error { return limitRun(ctx, c, o, nil) }),
+			scopeFlags, func(ctx context.Context, c *Call, o *scopeOption) error { return limitRun(ctx, c, o, nil) }),
 		define(Command{Name: "limit set", Args: "NAME VALUE", MinArgs: 2, MaxArgs: 2, Roles: panelRole, DB: true, Detail: detail,
 			Summary: "set a global limit, or a tenant's (--tenant): browser concurrency, run time per task, retries, crawl pages per day, model spend per day, …; VALUE none removes it; audited"},
-			limitFlags, limitSet),
+			scopeFlags, limitSet),
 	}
 }
 
-type limitOptions struct{ tenant string }
-
-func limitFlags(s *config.Set, o *limitOptions) {
-	s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the tenant (slug); empty: the global limits")
-}
-
-func limitSet(ctx context.Context, c *Call, o *limitOptions) error {
+func limitSet(ctx context.Context, c *Call, o *scopeOption) error {
 	def, ok := limit.DefOf(limit.Name(c.Args[0]))
 	if !ok {
 		return usagef("unknown limit %q; limits: %s", c.Args[0], limit.Names())
@@ -73,7 +66,7 @@ func limitSet(ctx context.Context, c *Call, o *limitOptions) error {
 }
 
 // limitRun runs change (if any) on the scope --tenant names, then shows the limits.
-func limitRun(ctx context.Context, c *Call, o *limitOptions, change func(pool *pgxpool.Pool, tenant string) error) error {
+func limitRun(ctx context.Context, c *Call, o *scopeOption, change func(pool *pgxpool.Pool, tenant string) error) error {
 	return inScope(ctx, c, o.tenant, limit.Global, func(pool *pgxpool.Pool, tenant string) error {
 		if change != nil {
 			if err := change(pool, tenant); err != nil {

@@ -156,14 +156,28 @@ func secretLine(c *Call, what string) (string, error) {
 // inScope runs fn on the application role's pool with the id of the tenant
 // slug names, or global when slug is empty.
 func inScope(ctx context.Context, c *Call, slug, global string, fn func(pool *pgxpool.Pool, tenant string) error) error {
+	if slug == "" {
+		return c.Meta.App(ctx, func(pool *pgxpool.Pool) error { return fn(pool, global) })
+	}
+	return withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t tenant.Tenant) error { return fn(pool, t.ID) })
+}
+
+// withTenant runs fn on the application role's pool with the tenant slug
+// names.
+func withTenant(ctx context.Context, c *Call, slug string, fn func(pool *pgxpool.Pool, t tenant.Tenant) error) error {
 	return c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
-		if slug == "" {
-			return fn(pool, global)
-		}
 		t, err := tenant.BySlug(ctx, pool, slug)
 		if err != nil {
 			return err
 		}
-		return fn(pool, t.ID)
+		return fn(pool, t)
 	})
+}
+
+// scopeOption is the --tenant flag of a command on a tenant's settings or
+// the global ones.
+type scopeOption struct{ tenant string }
+
+func scopeFlags(s *config.Set, o *scopeOption) {
+	s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the tenant (slug); empty: the global ones")
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/retention"
 )
@@ -28,27 +27,21 @@ func retentionCommands() []Command {
 	return []Command{
 		define(Command{Name: "retention show", Roles: panelRole, DB: true, Detail: detail,
 			Summary: "how long each kind of data is kept: the global settings, or a tenant's (--tenant) with what applies"},
-			retentionFlags, retentionShow),
+			scopeFlags, retentionShow),
 		define(Command{Name: "retention set", Args: "KIND DAYS", MinArgs: 2, MaxArgs: 2, Roles: panelRole, DB: true, Detail: detail,
 			Summary: "keep KIND for DAYS days (forever, or default to fall back): agent events, screenshots, claim archive, crawl data, alarms, audit entries; global without --tenant; audited"},
-			retentionFlags, retentionSet),
+			scopeFlags, retentionSet),
 		define(Command{Name: "retention run", Roles: panelRole, DB: true, Detail: detail,
 			Summary: "prune everything past retention now (the panel does it daily, --retention-cron)"},
 			nil, retentionRun),
 	}
 }
 
-type retentionOptions struct{ tenant string }
-
-func retentionFlags(s *config.Set, o *retentionOptions) {
-	s.String(&o.tenant, "tenant", "FLEET_ADMIN_TENANT", "", "the tenant (slug); empty: the global settings")
-}
-
-func retentionShow(ctx context.Context, c *Call, o *retentionOptions) error {
+func retentionShow(ctx context.Context, c *Call, o *scopeOption) error {
 	return inScope(ctx, c, o.tenant, retention.Global, func(pool *pgxpool.Pool, tenant string) error { return showRetention(ctx, pool, tenant, c.Stdout) })
 }
 
-func retentionSet(ctx context.Context, c *Call, o *retentionOptions) error {
+func retentionSet(ctx context.Context, c *Call, o *scopeOption) error {
 	kind := retention.Kind(c.Args[0])
 	if _, ok := retention.DefOf(kind); !ok {
 		return usagef("unknown kind %q; kinds: %s", c.Args[0], retention.Kinds())

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -460,4 +461,20 @@ func (s *Store) Items(ctx context.Context, tenant, jobID string, f ItemFilter) (
 		return nil, 0, fmt.Errorf("crawl: items: %w", err)
 	}
 	return out, total, nil
+}
+
+// Cell renders an item value for a table or CSV: text as it is, numbers
+// without exponent, anything else as JSON.
+func Cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	default:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
 }

@@ -155,6 +155,13 @@ type ElementInfo struct {
 	Fields     []Field `json:"fields"`
 	PageURL    string  `json:"page_url"`
 	DataAction string  `json:"data_action"`
+	// FormTargets is every URL the element's form can be sent to: its
+	// action and each submit button's formaction.
+	FormTargets []string `json:"form_targets"`
+	// Download is set on a link with a download attribute.
+	Download bool `json:"download"`
+	// Options are a select's option texts.
+	Options []string `json:"options"`
 }
 
 const infoJS = `(n) => {
@@ -167,11 +174,16 @@ const infoJS = `(n) => {
   const out = {n, tag: el.tagName.toLowerCase(), type: ty, role: el.getAttribute('role') || '', text: (el.innerText || '').replace(/\s+/g,' ').trim().slice(0, 300),
     label: lab(el), title: el.getAttribute('title') || '', value: (el.tagName === 'INPUT' && ty === 'password') ? '' : (el.value || ''), id: el.id || '', name: el.getAttribute('name') || '',
     href: el.href ? String(el.href) : '', in_form: !!form, submits, form_action: '', form_method: '', form_text: '', fields: [], page_url: location.href,
-    data_action: [el.getAttribute('data-action'), el.getAttribute('formaction'), el.getAttribute('onclick')].filter(Boolean).join(' ')};
+    data_action: [el.getAttribute('data-action'), el.getAttribute('formaction'), el.getAttribute('onclick')].filter(Boolean).join(' '),
+    form_targets: [], download: el.tagName === 'A' && el.hasAttribute('download'), options: el.tagName === 'SELECT' ? Array.from(el.options).map(o => (o.text || '').trim()) : []};
   if (form) {
     out.form_action = (submits && el.hasAttribute('formaction')) ? String(el.formAction) : String(form.action || location.href);
     out.form_method = ((submits && el.getAttribute('formmethod')) || form.getAttribute('method') || 'get').toLowerCase();
     out.form_text = [form.getAttribute('aria-label') || '', form.id, form.getAttribute('name') || '', form.getAttribute('data-action') || ''].join(' ').trim();
+    const targets = new Set([String(form.action || location.href)]);
+    for (const b of form.querySelectorAll('button, input[type=submit], input[type=image]')) if (b.form === form && b.hasAttribute('formaction')) targets.add(String(b.formAction));
+    for (const b of document.querySelectorAll('[form]')) if (b.form === form && b.hasAttribute('formaction')) targets.add(String(b.formAction));
+    out.form_targets = Array.from(targets);
     for (const f of form.elements) {
       if (!f.name && !f.id) continue;
       const t = (f.type || f.tagName).toLowerCase();

@@ -101,11 +101,37 @@ func Click(info browse.ElementInfo, p Policy) Verdict {
 			}
 		}
 	}
+	if info.Tag == "input" && info.Type == "file" {
+		v.add("it opens a file upload")
+	}
+	if info.Download {
+		v.add("it downloads a file")
+	}
 	if info.Href != "" && !strings.HasPrefix(strings.ToLower(info.Href), "javascript:") {
 		v.Target = info.Href
 	}
 	if v.Target != "" {
 		checkTarget(&v, v.Target, p)
+	}
+	return v
+}
+
+// Select classifies choosing option in a select, like a click on that
+// option: its words (the select's label and the option's text), the
+// person's phrases, and a select that uploads or sits in a payment form.
+func Select(info browse.ElementInfo, option string, p Policy) Verdict {
+	var v Verdict
+	words := strings.Join([]string{option, info.Label, info.Title, info.ID, info.Name, info.DataAction}, " ")
+	if m := riskyVerbs.FindString(words); m != "" {
+		v.add("its text says " + strings.ToLower(m))
+	}
+	for _, ph := range p.Phrases {
+		if ph = strings.TrimSpace(ph); ph != "" && strings.Contains(strings.ToLower(words+" "+info.FormText), strings.ToLower(ph)) {
+			v.add("matches your risky phrase “" + ph + "”")
+		}
+	}
+	if PaymentField(browse.Field{Name: info.Name, Label: info.Label}) {
+		v.add("it is a payment field")
 	}
 	return v
 }
@@ -139,4 +165,22 @@ func checkTarget(v *Verdict, target string, p Policy) {
 			v.add("it reaches " + h + ", on your risky list")
 		}
 	}
+}
+
+// Origin returns the origin of an http(s) URL (scheme://host[:port],
+// lower-case, the scheme's default port left out), or "" when it has none.
+// A stored secret names the origins it belongs to in this form.
+func Origin(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return ""
+	}
+	h := strings.ToLower(u.Hostname())
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if p := u.Port(); p != "" && !(u.Scheme == "http" && p == "80") && !(u.Scheme == "https" && p == "443") {
+		h += ":" + p
+	}
+	return u.Scheme + "://" + h
 }

@@ -38,6 +38,8 @@ func TestClickClassification(t *testing.T) {
 		{"plain link", browse.ElementInfo{Tag: "a", Text: "Calendar", Href: "http://studio.test/calendar"}, false, ""},
 		{"search get", browse.ElementInfo{Tag: "button", Text: "Search", Submits: true, FormMethod: "get", FormAction: "http://studio.test/search"}, false, ""},
 		{"text box named post", browse.ElementInfo{Tag: "input", Type: "text", Label: "Title", Value: "Please publish me"}, false, ""},
+		{"file input", browse.ElementInfo{Tag: "input", Type: "file", Label: "Attachment"}, true, "file upload"},
+		{"download link", browse.ElementInfo{Tag: "a", Text: "Report", Href: "http://studio.test/report.csv", Download: true}, true, "downloads a file"},
 	}
 	for _, c := range cases {
 		v := gate.Click(c.info, plan)
@@ -54,4 +56,42 @@ func TestNavigateOutsideThePlanIsHeld(t *testing.T) {
 	v := gate.Navigate("http://127.0.0.2:8076/collect", plan)
 	require.True(t, v.Risky)
 	require.Contains(t, v.Reasons[0], "127.0.0.2:8076")
+}
+
+// Choosing an option is classified like a click on it.
+func TestSelectIsClassifiedLikeAClick(t *testing.T) {
+	cases := []struct {
+		name   string
+		info   browse.ElementInfo
+		option string
+		risky  bool
+		why    string
+	}{
+		{"delete option", browse.ElementInfo{Tag: "select", Label: "Action"}, "Delete account", true, "delete"},
+		{"send by label", browse.ElementInfo{Tag: "select", Label: "Send to"}, "Everyone", true, "send"},
+		{"own phrase", browse.ElementInfo{Tag: "select", Label: "Status"}, "Go live", true, "risky phrase"},
+		{"payment select", browse.ElementInfo{Tag: "select", Name: "cc-exp-month", Label: "Expiry month"}, "04", true, "payment"},
+		{"sort order", browse.ElementInfo{Tag: "select", Label: "Sort by"}, "Newest", false, ""},
+	}
+	for _, c := range cases {
+		v := gate.Select(c.info, c.option, plan)
+		require.Equal(t, c.risky, v.Risky, "%s: %v", c.name, v.Reasons)
+		if c.risky {
+			require.Contains(t, strings.Join(v.Reasons, "; "), c.why, c.name)
+		}
+	}
+}
+
+func TestOrigin(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://Bank.Example/login?x=1": "https://bank.example",
+		"https://bank.example:443/":      "https://bank.example",
+		"http://127.0.0.1:8080/a":        "http://127.0.0.1:8080",
+		"http://[::1]:80/":               "http://[::1]",
+		"bank.example":                   "",
+		"javascript:alert(1)":            "",
+		"ftp://bank.example/":            "",
+	} {
+		require.Equal(t, want, gate.Origin(in), in)
+	}
 }

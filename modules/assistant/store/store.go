@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -110,8 +111,10 @@ CREATE TABLE IF NOT EXISTS drafts (
 	PRIMARY KEY (task_id, name)
 );
 CREATE TABLE IF NOT EXISTS secrets (
-	name   TEXT PRIMARY KEY,
-	sealed BLOB NOT NULL
+	name    TEXT PRIMARY KEY,
+	sealed  BLOB NOT NULL,
+	origins TEXT NOT NULL DEFAULT '',
+	no_ask  TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS task_origins (
 	task_id INTEGER PRIMARY KEY REFERENCES tasks(id),
@@ -152,6 +155,10 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: create schema in %s: %w", path, err)
+	}
+	if err := addColumns(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: upgrade schema in %s: %w", path, err)
 	}
 	return &Store{db: db, dir: dir}, nil
 }
@@ -650,32 +657,81 @@ func (s *Store) Drafts(ctx context.Context, taskID int64) (map[string]string, er
 	return out, rows.Err()
 }
 
-// PutSecret stores a sealed secret under its placeholder name.
-func (s *Store) PutSecret(ctx context.Context, name string, sealed []byte) error {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (name, sealed) VALUES (?, ?)
-		ON CONFLICT (name) DO UPDATE SET sealed = excluded.sealed`, name, sealed); err != nil {
-		return fmt.Errorf("store: secret %s: %w", name, err)
+// Secret is a sealed secret with the origins (scheme://host[:port]) it
+// may be typed on, and those of them where it is typed without asking.
+type Secret struct {
+	Name    string
+	Sealed  []byte
+	Origins []string
+	NoAsk   []string
+}
+
+// addColumns brings a state dir written by an older version up to date
+// (CREATE TABLE IF NOT EXISTS leaves an existing table as it was).
+func addColumns(ctx context.Context, db *sql.DB) error {
+	have := map[string]bool{}
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('secrets')`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		have[n] = true
+	}
+	rows.Close()
+	for _, c := range []string{"origins", "no_ask"} {
+		if !have[c] {
+			if _, err := db.ExecContext(ctx, `ALTER TABLE secrets ADD COLUMN `+c+` TEXT NOT NULL DEFAULT ''`); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// PutSecret stores a sealed secret under its placeholder name, with its
+// origins.
+func (s *Store) PutSecret(ctx context.Context, sec Secret) error {
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO secrets (name, sealed, origins, no_ask) VALUES (?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET sealed = excluded.sealed, origins = excluded.origins, no_ask = excluded.no_ask`,
+		sec.Name, sec.Sealed, strings.Join(sec.Origins, "\n"), strings.Join(sec.NoAsk, "\n")); err != nil {
+		return fmt.Errorf("store: secret %s: %w", sec.Name, err)
 	}
 	return nil
 }
 
 // Secrets returns every sealed secret by name.
-func (s *Store) Secrets(ctx context.Context) (map[string][]byte, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, sealed FROM secrets`)
+func (s *Store) Secrets(ctx context.Context) (map[string]Secret, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, sealed, origins, no_ask FROM secrets`)
 	if err != nil {
 		return nil, fmt.Errorf("store: secrets: %w", err)
 	}
 	defer rows.Close()
-	out := map[string][]byte{}
+	out := map[string]Secret{}
 	for rows.Next() {
-		var n string
-		var b []byte
-		if err := rows.Scan(&n, &b); err != nil {
+		var sec Secret
+		var origins, noAsk string
+		if err := rows.Scan(&sec.Name, &sec.Sealed, &origins, &noAsk); err != nil {
 			return nil, fmt.Errorf("store: secrets: %w", err)
 		}
-		out[n] = b
+		sec.Origins, sec.NoAsk = splitLines(origins), splitLines(noAsk)
+		out[sec.Name] = sec
 	}
 	return out, rows.Err()
+}
+
+func splitLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // ModelMode is how a model is called: "tools" or "structured", and why.

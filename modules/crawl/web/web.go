@@ -359,20 +359,9 @@ func (d Deps) export(w http.ResponseWriter, r *http.Request, tenant string, j cr
 	}
 }
 
-// Cell renders an item value for a table or CSV.
-func Cell(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	default:
-		b, _ := json.Marshal(x)
-		return string(b)
-	}
-}
+// Cell renders an item value for a table or CSV (crawl.Cell, named here
+// for the pages).
+func Cell(v any) string { return crawl.Cell(v) }
 
 func (d Deps) trace(w http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
