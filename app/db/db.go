@@ -55,8 +55,13 @@ func redactURLError(err error) string {
 
 // Migrate applies every pending migration from files, then River's own
 // migrations, under a session advisory lock so panels starting together do
-// not race. It runs as the owner role; appRole receives data privileges.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, files fs.FS, appRole string, log *slog.Logger) error {
+// not race. It runs as the owner role; appRole receives data privileges;
+// release (the binary's version) is recorded with each migration it applies.
+//
+// A schema holding a version that files do not ship was written by a newer
+// release: Migrate refuses it (an *UnknownMigrationError) before changing
+// anything, since this binary cannot know what that migration means.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, files fs.FS, appRole, release string, log *slog.Logger) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
@@ -73,25 +78,41 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, files fs.FS, appRole strin
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
 	}
+	// The release column came later than the table: added in place, so a
+	// schema of any release can name the release that wrote each version.
+	if _, err := conn.Exec(ctx, `ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS release text`); err != nil {
+		return fmt.Errorf("db: migrate: %w", err)
+	}
 	names, err := fs.Glob(files, "*.sql")
 	if err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
 	}
 	sort.Strings(names)
+	shipped := map[string]bool{}
+	for _, name := range names {
+		shipped[strings.TrimSuffix(name, ".sql")] = true
+	}
 	applied := map[string]bool{}
-	rows, err := conn.Query(ctx, "SELECT version FROM schema_migrations")
+	var unknown []UnknownMigration
+	rows, err := conn.Query(ctx, "SELECT version, coalesce(release, ''), applied_at FROM schema_migrations ORDER BY version")
 	if err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
 	}
 	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
+		var m UnknownMigration
+		if err := rows.Scan(&m.Version, &m.Release, &m.AppliedAt); err != nil {
 			return fmt.Errorf("db: migrate: %w", err)
 		}
-		applied[v] = true
+		applied[m.Version] = true
+		if !shipped[m.Version] {
+			unknown = append(unknown, m)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("db: migrate: %w", err)
+	}
+	if len(unknown) > 0 {
+		return &UnknownMigrationError{Migrations: unknown, Release: release}
 	}
 	role := pgx.Identifier{appRole}.Sanitize()
 	for _, name := range names {
@@ -108,7 +129,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, files fs.FS, appRole strin
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", version)
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, release) VALUES ($1, nullif($2, ''))", version, release)
 			return err
 		}); err != nil {
 			return fmt.Errorf("db: migration %s: %w", name, err)
@@ -127,6 +148,46 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, files fs.FS, appRole strin
 		log.Info("river migrations applied", "count", len(res.Versions))
 	}
 	return nil
+}
+
+// UnknownMigration is a version recorded in schema_migrations that this
+// binary does not ship.
+type UnknownMigration struct {
+	Version string
+	// Release is the version of the binary that applied it ("" when it was
+	// applied before releases were recorded).
+	Release   string
+	AppliedAt time.Time
+}
+
+// UnknownMigrationError refuses a schema written by a newer release.
+type UnknownMigrationError struct {
+	Migrations []UnknownMigration
+	// Release is this binary's version.
+	Release string
+}
+
+func (e *UnknownMigrationError) Error() string {
+	var b strings.Builder
+	b.WriteString("db: the database's schema is newer than this binary: it holds ")
+	for i, m := range e.Migrations {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		by := "an unrecorded release"
+		if m.Release != "" {
+			by = "release " + m.Release
+		}
+		fmt.Fprintf(&b, "migration %s (applied by %s on %s)", m.Version, by, m.AppliedAt.UTC().Format(time.DateOnly))
+	}
+	this := e.Release
+	if this == "" {
+		this = "unknown"
+	}
+	fmt.Fprintf(&b, ", which this binary (release %s) does not ship; nothing was changed. "+
+		"Run the release that applied it, or a newer one; to go back to this release, restore the backup taken before the upgrade "+
+		"(docs/DEPLOY.md, \"Upgrades\")", this)
+	return b.String()
 }
 
 // CheckAppRole refuses a runtime role that would bypass row-level security:

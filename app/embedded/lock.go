@@ -28,21 +28,50 @@ func LockDataDir(dir, owner string) (*Lock, error) {
 	path := filepath.Join(dir, "fleetwright.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
+		if errors.Is(err, syscall.EROFS) || errors.Is(err, os.ErrPermission) {
+			return nil, readOnly(dir, path, err)
+		}
 		return nil, fmt.Errorf("embedded: open lock %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(path)
 		f.Close()
-		holder := strings.TrimSpace(string(b))
-		if holder == "" {
-			holder = "another process"
-		}
-		abs, _ := filepath.Abs(dir)
-		return nil, fmt.Errorf("%w: %s is held by %s; stop it first or choose another --data-dir", ErrLocked, abs, holder)
+		return nil, locked(dir, path)
 	}
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(owner+" (pid "+strconv.Itoa(os.Getpid())+")\n"), 0)
 	return &Lock{f: f}, nil
+}
+
+// readOnly handles a data directory this process may only read (a one-shot
+// unit with ReadOnlyPaths=, or another user's directory): a shared lock,
+// which needs no write access, tells whether a panel holds it. Held, the
+// caller attaches to that panel's cluster as with ErrLocked; free, nothing
+// here could start the cluster, and the error says so.
+func readOnly(dir, path string, cause error) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("embedded: %s is read-only here and holds no lock file (%v): it is not a panel's data directory, or no panel ever ran on it; check --data-dir", dir, cause)
+	}
+	if err != nil {
+		return fmt.Errorf("embedded: open lock %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return locked(dir, path)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return fmt.Errorf("embedded: no panel is running on %s and it is read-only here (%v), so its embedded Postgres cannot be started: run this while the panel runs, or with write access to --data-dir", dir, cause)
+}
+
+// locked is ErrLocked naming the lock's holder.
+func locked(dir, path string) error {
+	b, _ := os.ReadFile(path)
+	holder := strings.TrimSpace(string(b))
+	if holder == "" {
+		holder = "another process"
+	}
+	abs, _ := filepath.Abs(dir)
+	return fmt.Errorf("%w: %s is held by %s; stop it first or choose another --data-dir", ErrLocked, abs, holder)
 }
 
 // Release drops the lock.

@@ -145,7 +145,7 @@ func startPostgres(t testing.TB) {
 		return
 	}
 	defer pool.Close()
-	pgErr = db.Migrate(ctx, pool, migrations.FS, embedded.AppRole, slog.New(slog.DiscardHandler))
+	pgErr = db.Migrate(ctx, pool, migrations.FS, embedded.AppRole, "testenv", slog.New(slog.DiscardHandler))
 }
 
 // useExternalPostgres prepares the owner and application roles on a server

@@ -191,7 +191,7 @@ func TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint(t *testing.
 			before[n] = &fstest.MapFile{Data: b}
 		}
 	}
-	require.NoError(t, db.Migrate(ctx, d.Owner, before, embedded.AppRole, log))
+	require.NoError(t, db.Migrate(ctx, d.Owner, before, embedded.AppRole, "test", log))
 	a := newTenant(t, d, "aaa")
 	// As the code before it did: the address in clear in the entry.
 	for _, ip := range []string{"198.51.100.1", "198.51.100.2"} {
@@ -215,7 +215,7 @@ func TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint(t *testing.
 	}
 	old := oldRows()
 	require.Len(t, old, 2)
-	require.NoError(t, db.Migrate(ctx, d.Owner, migrations.FS, embedded.AppRole, log))
+	require.NoError(t, db.Migrate(ctx, d.Owner, migrations.FS, embedded.AppRole, "test", log))
 	require.Equal(t, old, oldRows(), "the migration rewrote no row (same place, same writer, same address)")
 	path := filepath.Join(t.TempDir(), "anchors.log")
 	anchor := audit.NewAnchor(path, log)

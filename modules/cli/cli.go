@@ -174,7 +174,7 @@ func (t *Table) Run(ctx context.Context, args []string, stdin io.Reader, stdout,
 	call := &Call{Name: c.Name, Stdin: stdin, Stdout: stdout, Stderr: stderr, build: t.build}
 	s := config.New("fleetwright " + c.Name)
 	if c.DB {
-		call.Meta = &Meta{stderr: stderr}
+		call.Meta = &Meta{stderr: stderr, release: t.build.Version}
 		call.Meta.flags(s)
 	}
 	run := c.bind(s)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -291,11 +290,12 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 		return err
 	}
 	stdout, cols := c.Stdout, j.Spec.Extract.Order
-	var cw *csv.Writer
+	var cw *crawl.ItemsCSV
 	switch o.format {
 	case "csv":
-		cw = csv.NewWriter(stdout)
-		_ = cw.Write(append([]string{"key", "first_seen", "last_seen", "changed_at"}, cols...))
+		if cw, err = crawl.NewItemsCSV(stdout, cols); err != nil {
+			return err
+		}
 	case "table":
 		fmt.Fprintf(stdout, "%s\n", strings.Join(append([]string{"KEY", "FIRST SEEN"}, cols...), "\t"))
 	}
@@ -318,11 +318,9 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 			case "jsonl":
 				_ = enc.Encode(it)
 			case "csv":
-				row := []string{it.Key, it.FirstSeen.UTC().Format(time.RFC3339), it.LastSeen.UTC().Format(time.RFC3339), it.ChangedAt.UTC().Format(time.RFC3339)}
-				for _, col := range cols {
-					row = append(row, crawl.Cell(it.Data[col]))
+				if err := cw.Write(it); err != nil {
+					return err
 				}
-				_ = cw.Write(row)
 			default:
 				row := []string{it.Key, it.FirstSeen.UTC().Format("2006-01-02 15:04:05")}
 				for _, col := range cols {
@@ -337,7 +335,7 @@ func crawlItems(ctx context.Context, c *Call, svc *crawl.Service, tenant string,
 		}
 	}
 	if cw != nil {
-		cw.Flush()
+		return cw.Flush()
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ type Meta struct {
 	DataDir, DatabaseURL, DatabaseAppURL string
 	LogFormat, LogLevel                  string
 	stderr                               io.Writer
+	// release is the binary's version, recorded with the migrations it applies.
+	release string
 }
 
 func (m *Meta) flags(s *config.Set) {
@@ -79,7 +81,7 @@ func (m *Meta) pools(ctx context.Context, owner bool, fn func(app, owner *pgxpoo
 			if err != nil {
 				return err
 			}
-			err = db.Migrate(ctx, own, migrations.FS, embedded.AppRole, log)
+			err = db.Migrate(ctx, own, migrations.FS, embedded.AppRole, m.release, log)
 			own.Close()
 			if err != nil {
 				return err

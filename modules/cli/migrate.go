@@ -48,7 +48,7 @@ func migrate(ctx context.Context, c *Call, _ *struct{}) error {
 		return err
 	}
 	defer pool.Close()
-	if err := db.Migrate(ctx, pool, migrations.FS, appRole, log); err != nil {
+	if err := db.Migrate(ctx, pool, migrations.FS, appRole, c.build.Version, log); err != nil {
 		return err
 	}
 	fmt.Fprintln(c.Stdout, "migrations up to date")

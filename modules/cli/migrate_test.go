@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,4 +29,22 @@ func TestMigrateAnEmptyDatabaseTwice(t *testing.T) {
 	require.Equal(t, 2, r.code, r)
 	require.Contains(t, r.stderr, "malformed database URL")
 	require.NotContains(t, r.stderr, "%zz", "the URL is not echoed")
+}
+
+// migrate says so when the schema is current, and refuses (exit 1, nothing
+// changed) a schema holding a migration this binary does not ship.
+func TestMigrateRefusesASchemaOfANewerRelease(t *testing.T) {
+	b := setup(t)
+	r := b.run(t, "", "migrate")
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "migrations up to date")
+
+	_, err := b.d.Owner.Exec(context.Background(), "INSERT INTO schema_migrations (version) VALUES ('9999_from_a_newer_release')")
+	require.NoError(t, err)
+	r = b.run(t, "", "migrate")
+	require.NotEqual(t, 0, r.code, r)
+	require.NotContains(t, r.stdout, "up to date", r)
+	require.Contains(t, r.stderr, "9999_from_a_newer_release", r)
+	require.Contains(t, r.stderr, "this binary (release v-test) does not ship", r)
+	require.Contains(t, r.stderr, "Run the release that applied it", r)
 }

@@ -235,7 +235,7 @@ func (r *runner) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = db.Migrate(ctx, owner, migrations.FS, embedded.AppRole, r.log)
+	err = db.Migrate(ctx, owner, migrations.FS, embedded.AppRole, "loadtest", r.log)
 	owner.Close()
 	if err != nil {
 		return err

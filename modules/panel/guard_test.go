@@ -34,6 +34,17 @@ func TestPanelRefusesToRunAsSuperuserOrOwner(t *testing.T) {
 	require.NoError(t, startIn(t, d, d.AppURL))
 }
 
+// A panel does not start on a schema written by a newer release: it names
+// the version it does not ship and what to do.
+func TestPanelRefusesASchemaOfANewerRelease(t *testing.T) {
+	d := testenv.DB(t)
+	_, err := d.Owner.Exec(context.Background(), "INSERT INTO schema_migrations (version, release) VALUES ('9999_from_a_newer_release', 'v9.0.0')")
+	require.NoError(t, err)
+	err = startIn(t, d, d.AppURL)
+	require.ErrorContains(t, err, "migration 9999_from_a_newer_release (applied by release v9.0.0")
+	require.ErrorContains(t, err, "restore the backup")
+}
+
 // TestEveryTenantTableHasForcedRowSecurity reads the catalogue, so a table
 // that a later migration adds with a tenant_id column is covered at once.
 func TestEveryTenantTableHasForcedRowSecurity(t *testing.T) {

