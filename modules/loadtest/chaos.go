@@ -39,7 +39,7 @@ const (
 	// skewTolerance bounds a corrected timestamp's distance from the
 	// board's own record of the same moment.
 	skewTolerance = 2 * time.Second
-	// panelPingEvery is the replicas' ping interval (fleet.GatewayConfig's
+	// panelPingEvery is the replicas' ping interval (gateway.Config's
 	// default); each side drops a connection silent for two of them.
 	panelPingEvery = 15 * time.Second
 	// partitionGrace is how much longer a cut lasts while the panel has not
