@@ -137,6 +137,8 @@ func TestChromiumDiesWithItsParent(t *testing.T) {
 			os.Exit(1)
 		}
 		fmt.Printf("chromium pid %d\n", b.PID())
+		// Real time: this child lives until the test SIGKILLs it; the
+		// minute only bounds it should the test not.
 		time.Sleep(time.Minute)
 		os.Exit(0)
 	}

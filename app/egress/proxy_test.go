@@ -313,7 +313,7 @@ func TestChromium(t *testing.T) {
 		case "/r":
 			http.Redirect(w, r, deniedURL+"/", http.StatusFound)
 		default:
-			fmt.Fprintf(w, `<html><body><h1 id="ok">allowed</h1><img src="%s/pixel.png"><script>fetch(%q).catch(()=>{})</script></body></html>`, deniedURL, deniedURL+"/api")
+			fmt.Fprintf(w, `<html><body><h1 id="ok">allowed</h1><img src="%s/pixel.png"><script>fetch(%q).catch(()=>{}).finally(()=>{document.body.dataset.fetched="1"})</script></body></html>`, deniedURL, deniedURL+"/api")
 		}
 	})}
 	go allowed.Serve(allowedLn)
@@ -343,11 +343,15 @@ func TestChromium(t *testing.T) {
 	txt, err := page.MustElement("#ok").Text()
 	require.NoError(t, err)
 	require.Equal(t, "allowed", txt)
+	// The page's image (done at its load) and its fetch have been tried.
+	require.Eventually(t, func() bool {
+		v, err := page.Eval(`() => document.body.dataset.fetched === "1"`)
+		return err == nil && v.Value.Bool()
+	}, 30*time.Second, 20*time.Millisecond, "the page's fetch finished")
 	_ = page.Navigate(deniedURL + "/")
 	_ = page.WaitLoad()
 	_ = page.Navigate(allowedURL + "/r")
 	_ = page.WaitLoad()
-	time.Sleep(300 * time.Millisecond) // let the image and fetch settle
 	require.GreaterOrEqual(t, allowedHits.Load(), int64(2))
 	require.Zero(t, deniedHits.Load(), "a loopback server outside the allowlist was reached through Chromium")
 	body, err := page.HTML()

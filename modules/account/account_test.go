@@ -67,7 +67,7 @@ func TestSessionsEndWhenIdleOrTooOld(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
 	fake := clock.NewFake(time.Now())
-	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 2 * time.Hour}})
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testenv.Vault(t), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 2 * time.Hour}})
 	u, err := CreateUser(ctx, d.App, NewUser{Email: "a@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
 	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
@@ -156,7 +156,7 @@ func TestCookieTransport(t *testing.T) {
 func TestPresentedCookiesAreRegisteredAsSecretsOnlyOnceVerified(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: clock.Real{}})
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testenv.Vault(t), Clock: clock.Real{}})
 	u, err := CreateUser(ctx, d.App, NewUser{Email: "cookie@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
 	var valid string
@@ -192,7 +192,7 @@ func TestPollingDoesNotKeepASessionAlive(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
 	fake := clock.NewFake(time.Now())
-	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour}})
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testenv.Vault(t), Clock: fake, Config: Config{SessionIdle: 30 * time.Minute, SessionMax: 12 * time.Hour}})
 	u, err := CreateUser(ctx, d.App, NewUser{Email: "poll@fleet.test", Role: auth.Viewer, Password: "Quiet-Harbour-Lantern-42"}, audit.Entry{Actor: "t"})
 	require.NoError(t, err)
 	var tok string

@@ -2,7 +2,6 @@ package account
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 )
@@ -38,7 +36,7 @@ type site struct {
 func newSite(t *testing.T) *site {
 	d := testenv.DB(t)
 	fake := clock.NewFake(time.Now())
-	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testVault(t), Clock: fake, Log: testenv.Logger(t)})
+	s := New(Deps{DB: d.App, Shell: auth.NewShell(), Vault: testenv.Vault(t), Clock: fake, Log: testenv.Logger(t)})
 	r := chi.NewRouter()
 	r.Use(s.Middleware)
 	s.Mount(r)
@@ -215,12 +213,4 @@ func TestArgon2idRunsAreBounded(t *testing.T) {
 	for range cap(hashSlots) {
 		<-hashSlots
 	}
-}
-
-func testVault(t *testing.T) *vault.Vault {
-	key := make([]byte, vault.KeySize)
-	_, _ = rand.Read(key)
-	v, err := vault.New(key)
-	require.NoError(t, err)
-	return v
 }

@@ -12,15 +12,13 @@ import (
 	"github.com/fleetwright/fleetwright/app/config"
 	"log/slog"
 	"math/rand/v2"
-	"net/netip"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/link"
 	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/platform/sandbox"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -190,82 +188,22 @@ func (c *Config) defaults() {
 	}
 }
 
-// WebSocketURL derives the agent endpoint from the panel's base URL:
-// http(s)://host[:port][/prefix] gets /agent/ws appended; a ws(s):// URL is
-// taken as the endpoint itself (/agent/ws is appended only when missing).
-// The token travels in hello and the account's credentials in welcome, so a
-// cleartext scheme (http, ws) is refused unless the host is loopback.
+// WebSocketURL is link.WebSocketURL, its error a configuration error.
 func WebSocketURL(panel string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(panel))
+	u, err := link.WebSocketURL(panel)
 	if err != nil {
-		return "", fmt.Errorf("%w: --panel %q is not a URL: %v", ErrConfig, panel, err)
+		return "", fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	shown := u.Redacted()
-	endpoint := false
-	switch u.Scheme {
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
-	case "ws", "wss":
-		endpoint = true
-	default:
-		return "", fmt.Errorf("%w: --panel must be an https:// or wss:// URL (http:// or ws:// only on loopback), got %q", ErrConfig, panel)
-	}
-	if u.Host == "" || u.Hostname() == "" {
-		return "", fmt.Errorf("%w: --panel %q has no host", ErrConfig, panel)
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", fmt.Errorf("%w: --panel must be a base URL without user, query or fragment", ErrConfig)
-	}
-	if u.Scheme == "ws" && !IsLoopbackHost(u.Hostname()) {
-		return "", fmt.Errorf("%w: --panel %s is cleartext to %s: the agent's token and the account's credentials would cross the network readable; use https:// or wss:// (cleartext is accepted only on loopback)",
-			ErrConfig, shown, u.Hostname())
-	}
-	path := strings.TrimRight(u.Path, "/")
-	if !endpoint || !strings.HasSuffix(path, "/agent/ws") {
-		path += "/agent/ws"
-	}
-	u.Path, u.RawPath = path, ""
-	return u.String(), nil
+	return u, nil
 }
 
-// IsLoopbackHost reports whether host (a name or an address, without port)
-// can only mean this machine: "localhost" and its subdomains, 127.0.0.0/8 and ::1.
-func IsLoopbackHost(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(h, "[]"))
-	return err == nil && ip.Unmap().IsLoopback()
-}
-
-// ReadTokenFile reads the token, refusing a file others can read or write.
+// ReadTokenFile is link.ReadTokenFile, its error a configuration error.
 func ReadTokenFile(path string) (wire.Secret, error) {
-	if path == "" {
-		return wire.Secret{}, fmt.Errorf("%w: --token-file is required", ErrConfig)
-	}
-	fi, err := os.Stat(path)
+	s, err := link.ReadTokenFile(path)
 	if err != nil {
-		return wire.Secret{}, fmt.Errorf("%w: token file: %v", ErrConfig, err)
+		return wire.Secret{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return wire.Secret{}, fmt.Errorf("%w: token file %s is not a regular file", ErrConfig, path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return wire.Secret{}, fmt.Errorf("%w: token file %s has mode %04o; it must be readable by its owner only (chmod 600 %s)",
-			ErrConfig, path, perm, path)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return wire.Secret{}, fmt.Errorf("%w: token file: %v", ErrConfig, err)
-	}
-	tok := strings.TrimSpace(string(data))
-	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-		return wire.Secret{}, fmt.Errorf("%w: token file %s must hold exactly one token", ErrConfig, path)
-	}
-	return wire.NewSecret(tok), nil
+	return s, nil
 }
 
 // ResetState deletes a (retired) agent's state on purpose, so it may start

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/link"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -307,15 +308,9 @@ func (h *harness) result(t *testing.T) error {
 // returns it.
 func (h *harness) nextSleep(t *testing.T, seen int) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if s := h.clk.Sleeps(); len(s) > seen {
-			return s[seen]
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("agent did not pause (seen %d)", seen)
-	return 0
+	require.Eventually(t, func() bool { return len(h.clk.Sleeps()) > seen }, 10*time.Second, time.Millisecond,
+		"agent did not pause (seen %d)", seen)
+	return h.clk.Sleeps()[seen]
 }
 
 // filesContaining lists the files under dir holding any of the needles.
@@ -452,7 +447,7 @@ func TestUnknownTokenScheduleRetiresOnTheTwentieth(t *testing.T) {
 	h.seed(t, "")
 	h.start(t)
 
-	for i := 0; i < RetireAfter-1; i++ {
+	for i := 0; i < link.RetireAfter-1; i++ {
 		p.hello(t)
 		d := h.nextSleep(t, i)
 		h.clk.Advance(d)
@@ -461,10 +456,10 @@ func TestUnknownTokenScheduleRetiresOnTheTwentieth(t *testing.T) {
 	err := h.result(t)
 	require.ErrorIs(t, err, ErrRetired)
 	require.Equal(t, ExitRetired, ExitCode(err))
-	require.EqualValues(t, RetireAfter, p.n.Load(), "retired exactly on the twentieth answer")
+	require.EqualValues(t, link.RetireAfter, p.n.Load(), "retired exactly on the twentieth answer")
 
 	sleeps := h.clk.Sleeps()
-	require.Len(t, sleeps, RetireAfter-1)
+	require.Len(t, sleeps, link.RetireAfter-1)
 	want := []time.Duration{3, 6, 12, 24, 48, 96, 192, 384, 768}
 	for i, w := range want {
 		require.Equal(t, w*time.Second, sleeps[i], "pause %d", i+1)
@@ -489,7 +484,7 @@ func TestUnknownTokenScheduleRetiresOnTheTwentieth(t *testing.T) {
 	require.ErrorIs(t, err, ErrAlreadyRetired)
 	require.Equal(t, ExitRetired, ExitCode(err))
 	require.Contains(t, err.Error(), "reset-state")
-	require.EqualValues(t, RetireAfter, p.n.Load())
+	require.EqualValues(t, link.RetireAfter, p.n.Load())
 
 	// Until its state is reset on purpose.
 	require.NoError(t, ResetState(h.cfg.StateDir))
@@ -555,7 +550,7 @@ func TestOnlyTheWelcomingInstallationCounts(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "the network backoff restarts after a welcome")
 	h.clk.Advance(750 * time.Millisecond)
 	d := h.nextSleep(t, 10)
-	require.Equal(t, AuthFirstPause, d)
+	require.Equal(t, link.AuthFirstPause, d)
 	require.Equal(t, 1, h.authState(t).UnknownTokenCount)
 	require.Contains(t, h.logs.String(), "not counted")
 }

@@ -65,7 +65,11 @@ func TestWatcherReloadsAnErrorPage(t *testing.T) {
 	// The sign-in may wait out a used TOTP step (30 s).
 	require.Eventually(t, func() bool { return failed.Load() > 0 }, 60*time.Second, 50*time.Millisecond,
 		"the jobs page was answered with an error")
-	time.Sleep(1500 * time.Millisecond) // the page stays broken past a keep-warm check
+	// The page stays broken past a keep-warm check: the check saw the
+	// error page and loaded it again, into the error page once more.
+	first := failed.Load()
+	require.Eventually(t, func() bool { return failed.Load() > first }, 30*time.Second, 20*time.Millisecond,
+		"a keep-warm check reloaded the broken page")
 	failing.Store(false)
 
 	// Without the check the page stays the error page and nothing is seen.

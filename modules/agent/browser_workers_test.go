@@ -83,7 +83,8 @@ func TestWatcherDetectsFromJSON(t *testing.T) {
 func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 	ctx := context.Background()
 	s, creds := boardAccount(t, func(c *board.Config) { c.IdempotencyKeys = true })
-	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "b1", Kind: KindActor,
+	plat := countRequests(t, s.URL())
+	p := newClaimPanel(t, plat.srv.URL, creds, wire.WorkerSpec{Name: "b1", Kind: KindActor,
 		Settings: map[string]string{SettingMarginMS: "500"}})
 	p.leaseFor = 3 * time.Second
 	// The board honours keys, and the tenant's setting says so.
@@ -94,7 +95,7 @@ func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond) // the page's next poll shows the rows
+	plat.nextPoll(t)
 	p.offer(t, loads[0])
 	o := p.outcome(t, 20*time.Second)
 	require.Equal(t, wire.ResultConfirmed, o.Result, o.Detail)
@@ -106,7 +107,9 @@ func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 
 	testHookPaused = func(key string) {
 		if key == loads[1].ID {
-			time.Sleep(3 * time.Second) // past the 3 s lease minus the margin
+			// Real time: the deadline is the agent's monotonic clock, so the
+			// request is held past the 3 s lease minus the margin.
+			time.Sleep(3 * time.Second)
 		}
 	}
 	t.Cleanup(func() { testHookPaused = nil })
@@ -131,7 +134,8 @@ func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 func TestCaptchaStopsWorker(t *testing.T) {
 	ctx := context.Background()
 	s, creds := boardAccount(t)
-	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "b1", Kind: KindActor})
+	plat := countRequests(t, s.URL())
+	p := newClaimPanel(t, plat.srv.URL, creds, wire.WorkerSpec{Name: "b1", Kind: KindActor})
 	runAgent(t, p, "")
 	p.waitConnected(t)
 	p.event(t, "session_refreshed", 30*time.Second)
@@ -141,7 +145,7 @@ func TestCaptchaStopsWorker(t *testing.T) {
 
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond)
+	plat.nextPoll(t)
 	p.offer(t, loads[0])
 	o := p.outcome(t, 20*time.Second)
 	require.Equal(t, wire.ResultUnknown, o.Result)

@@ -2,8 +2,7 @@ package agent
 
 import (
 	"context"
-	"encoding/base64"
-	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -20,16 +19,16 @@ var testHookPaused func(key string)
 
 // bookingAction is the one booking a browser actor is making.
 type bookingAction struct {
-	key, idemKey string // idemKey: the Idempotency-Key the request gets
+	ctx          context.Context // the action's: bounds the request it sends
+	key, idemKey string          // idemKey: the Idempotency-Key the request gets
 	gate         platform.Gate
 	done         chan platform.BookResult // capacity 1
 
-	mu        sync.Mutex
-	closed    bool // timed out: any request now paused is failed
-	sent      bool
-	sentAt    time.Time
-	networkID proto.NetworkRequestID
-	status    int
+	mu     sync.Mutex
+	closed bool // timed out: any request now paused is failed
+	taken  bool // a request of this booking was taken to be sent
+	sent   bool // its gate opened: bytes may have left
+	sentAt time.Time
 }
 
 func (b *bookingAction) finish(r platform.BookResult) {
@@ -41,10 +40,15 @@ func (b *bookingAction) finish(r platform.BookResult) {
 
 // runBrowserActor is the browser actor: a warm signed-in page on the jobs
 // view that acts by clicking the job's Book control. Every booking request
-// the page makes is intercepted (CDP Fetch.requestPaused): it is let go
-// only if it is this action's job and the local lease deadline still holds
-// at that moment — with the operation id added as the idempotency key —
-// otherwise it is failed in the browser and the outcome is NOT_SENT.
+// the page makes is intercepted (CDP Fetch.requestPaused, request stage)
+// and never continued into Chromium's network stack: the actor sends it
+// itself, once, through the agent's own transport (bookOnce), with the
+// page's headers and cookies and the booking key as the idempotency key,
+// and hands the answer back to the page. Chromium resends a request whose
+// reused connection closed before any answer; a request it never sends it
+// cannot resend. A request that is not this action's job, or whose local
+// lease deadline has passed when its first byte would leave, is failed in
+// the browser and the outcome is NOT_SENT.
 func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 	ps, err := openPage(ctx, env)
 	if err != nil {
@@ -52,6 +56,19 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 	}
 	defer ps.close()
 	bside := ps.ad.Browser()
+	t, err := env.traits()
+	if err != nil {
+		return err
+	}
+	// The actor's own connections to the platform: a booking is written
+	// once and never replayed (platform.Transport has no retry), and
+	// counted against the account's budget as it leaves — the claim is
+	// ACTING: counted, never refused.
+	tr := &platform.Transport{Order: t.Profile.HeaderOrder, Admit: func(*http.Request) error {
+		_ = env.Budget.take(true)
+		return nil
+	}}
+	defer tr.CloseIdle()
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -59,9 +76,6 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 		wg.Wait()
 	}()
 	page := ps.page.Context(wctx)
-	if err := (proto.NetworkEnable{}).Call(page); err != nil {
-		return fmt.Errorf("agent: enable network events: %w", err)
-	}
 
 	var mu sync.Mutex
 	var cur *bookingAction
@@ -92,33 +106,20 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			testHookPaused(act.key)
 		}
 		act.mu.Lock()
-		if act.closed || act.sent || bside.BookRequestKey(body) != act.key {
+		if act.closed || act.taken || bside.BookRequestKey(body) != act.key {
+			// A second request of the same booking (the page's own retry)
+			// never leaves either: one booking, one request.
 			act.mu.Unlock()
 			fail(e.RequestID)
 			return
 		}
-		if err := act.gate(); err != nil {
-			act.closed = true
-			act.mu.Unlock()
-			fail(e.RequestID)
-			act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "local deadline passed while the request was paused"})
-			return
-		}
-		act.sent, act.sentAt, act.networkID = true, env.Clock.Now(), e.NetworkID
+		act.taken = true
 		act.mu.Unlock()
-		// The claim is ACTING: counted, never refused.
-		_ = env.Budget.take(true)
-		var headers []*proto.FetchHeaderEntry
-		if hn := bside.IdempotencyHeader(); hn != "" {
-			for k, v := range e.Request.Headers {
-				headers = append(headers, &proto.FetchHeaderEntry{Name: k, Value: v.Str()})
-			}
-			headers = append(headers, &proto.FetchHeaderEntry{Name: hn, Value: act.idemKey})
-		}
-		if err := (proto.FetchContinueRequest{RequestID: e.RequestID, Headers: headers}).Call(page); err != nil {
-			act.finish(platform.BookResult{Result: wire.ResultUnknown, SentAt: act.sentAt,
-				Detail: "the browser did not confirm it let the request go: " + err.Error()})
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			act.finish(bookOnce(page, tr, t, bside, act, e, body, env.Clock))
+		}()
 	}
 	metered, err := ps.meter(wctx, page, bookPaused)
 	if err != nil {
@@ -128,61 +129,6 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 	go func() {
 		defer wg.Done()
 		metered()
-	}()
-
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		page.EachEvent(func(e *proto.NetworkResponseReceived) {
-			act := current()
-			if act == nil || e.Response == nil {
-				return
-			}
-			act.mu.Lock()
-			if act.sent && e.RequestID == act.networkID {
-				act.status = e.Response.Status
-			}
-			act.mu.Unlock()
-		}, func(e *proto.NetworkLoadingFinished) {
-			act := current()
-			if act == nil {
-				return
-			}
-			act.mu.Lock()
-			mine, status, sentAt := act.sent && e.RequestID == act.networkID, act.status, act.sentAt
-			act.mu.Unlock()
-			if !mine {
-				return
-			}
-			go func() {
-				res, err := proto.NetworkGetResponseBody{RequestID: e.RequestID}.Call(page)
-				if err != nil {
-					act.finish(platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "answer unreadable in the browser"})
-					return
-				}
-				body := []byte(res.Body)
-				if res.Base64Encoded {
-					body, _ = base64.StdEncoding.DecodeString(res.Body)
-				}
-				r := bside.ParseBookResponse(status, body)
-				r.SentAt = sentAt
-				if r.Result == wire.ResultConfirmed {
-					r.ConfirmedAt = env.Clock.Now()
-				}
-				act.finish(r)
-			}()
-		}, func(e *proto.NetworkLoadingFailed) {
-			act := current()
-			if act == nil {
-				return
-			}
-			act.mu.Lock()
-			mine, sentAt := act.sent && e.RequestID == act.networkID, act.sentAt
-			act.mu.Unlock()
-			if mine {
-				act.finish(platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "connection lost: " + e.ErrorText})
-			}
-		})()
 	}()
 
 	if err := ps.signIn(ctx, "actor start"); err != nil {
@@ -197,7 +143,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 	defer unregister()
 
 	book := func(actx context.Context, key, idemKey string, gate platform.Gate) platform.BookResult {
-		act := &bookingAction{key: key, idemKey: idemKey, gate: gate, done: make(chan platform.BookResult, 1)}
+		act := &bookingAction{ctx: actx, key: key, idemKey: idemKey, gate: gate, done: make(chan platform.BookResult, 1)}
 		mu.Lock()
 		cur = act
 		mu.Unlock()

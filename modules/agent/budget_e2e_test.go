@@ -22,17 +22,18 @@ import (
 // reverse proxy on loopback) and counts every request that reaches the
 // platform.
 type platformCounter struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	n   int
-	by  map[string]int
+	srv    *httptest.Server
+	mu     sync.Mutex
+	n      int
+	by     map[string]int
+	served map[string]int // answered, counted once the board's answer has passed
 }
 
 func countRequests(t *testing.T, boardURL string) *platformCounter {
 	t.Helper()
 	u, err := url.Parse(boardURL)
 	require.NoError(t, err)
-	c := &platformCounter{by: map[string]int{}}
+	c := &platformCounter{by: map[string]int{}, served: map[string]int{}}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
@@ -40,9 +41,26 @@ func countRequests(t *testing.T, boardURL string) *platformCounter {
 		c.by[r.Method+" "+r.URL.Path]++
 		c.mu.Unlock()
 		proxy.ServeHTTP(w, r)
+		c.mu.Lock()
+		c.served[r.Method+" "+r.URL.Path]++
+		c.mu.Unlock()
 	}))
 	t.Cleanup(c.srv.Close)
 	return c
+}
+
+// nextPoll waits until the page's feed poll has been answered once more
+// after the call: loads published before it are then in the page's rows.
+func (c *platformCounter) nextPoll(t *testing.T) {
+	t.Helper()
+	answered := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.served["GET /api/loads"]
+	}
+	before := answered()
+	require.Eventually(t, func() bool { return answered() > before }, 20*time.Second, 10*time.Millisecond,
+		"the page polled the feed again")
 }
 
 func (c *platformCounter) count() int {
@@ -90,6 +108,9 @@ func TestWatcherStopsAtRequestLimitAndResumes(t *testing.T) {
 	// Held: nothing more reaches the platform, however long it lasts.
 	loads, err := s.Publish(ctx, 1, nil)
 	require.NoError(t, err)
+	// Real time, not an event: the page's polls run on the browser's own
+	// clock (every 100 ms here), so 1.5 s is fifteen polls that must all be
+	// held in the browser.
 	time.Sleep(1500 * time.Millisecond)
 	require.Equal(t, budget, plat.count(), "no request over the budget left the agent")
 	select {
@@ -135,7 +156,7 @@ func TestActingClaimFinishesOverRequestLimit(t *testing.T) {
 
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond) // the page's next poll shows the rows
+	plat.nextPoll(t)
 	// The limit drops to 1 while the booking request is paused in Chrome:
 	// the claim is ACTING, so it goes on.
 	testHookPaused = func(key string) {

@@ -29,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -54,6 +55,7 @@ type claimPanel struct {
 	outcomes chan wire.Outcome
 	events   chan wire.Event
 	lookups  chan wire.LookupResult
+	commands sync.Map // command id → wire.CommandResult: the agent carried it out
 
 	mu   sync.Mutex
 	conn *websocket.Conn
@@ -80,7 +82,7 @@ func newClaimPanel(t *testing.T, boardURL string, creds wire.Credentials, worker
 	testenv.PostgresServer(t)
 	d := testenv.DB(t)
 	var tenant string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&tenant))
+	tenant = factory.Tenant(t, d, "acme", "Acme Freight")
 	rc, err := river.NewClient(riverpgxv5.New(d.App), &river.Config{})
 	require.NoError(t, err)
 	p := &claimPanel{t: t, claims: claim.NewStore(d.App, rc), db: d, tenant: tenant, agentID: uuid(),
@@ -260,7 +262,20 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 		p.mu.Unlock()
 	case wire.LookupResult:
 		p.lookups <- m
+	case wire.CommandResult:
+		p.commands.Store(m.CommandID, m)
 	}
+}
+
+// command sends a command and waits for the agent's result: the agent
+// answers once the command has taken effect (a pause is set).
+func (p *claimPanel) command(t *testing.T, m wire.Message, id string) {
+	t.Helper()
+	require.NoError(t, p.send(m))
+	require.Eventually(t, func() bool { _, ok := p.commands.Load(id); return ok }, 10*time.Second, 5*time.Millisecond,
+		"the agent answered command %s", id)
+	r, _ := p.commands.Load(id)
+	require.True(t, r.(wire.CommandResult).OK, "command %s: %+v", id, r)
 }
 
 // offer sends an offer for a board load.

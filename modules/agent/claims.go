@@ -48,7 +48,7 @@ type Claims struct {
 // speaks reports whether the live connection speaks protocol v or later.
 func (c *Claims) speaks(v int) bool {
 	s := c.a.current()
-	return s != nil && s.version >= v
+	return s != nil && s.c.Version() >= v
 }
 
 // warnKeys rate-limits the idempotency mismatch report to one a minute per
@@ -86,8 +86,8 @@ func (c *Claims) send(ctx context.Context, m wire.Message) error {
 	if s == nil {
 		return ErrDisconnected
 	}
-	if s.version < wire.V3 {
-		return fmt.Errorf("%w: the panel speaks protocol %d, claims need %d", ErrDisconnected, s.version, wire.V3)
+	if s.c.Version() < wire.V3 {
+		return fmt.Errorf("%w: the panel speaks protocol %d, claims need %d", ErrDisconnected, s.c.Version(), wire.V3)
 	}
 	return s.send(ctx, m)
 }

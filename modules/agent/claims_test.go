@@ -74,8 +74,7 @@ func TestHTTPActorBooks(t *testing.T) {
 	}
 
 	// A paused agent starts no new action; resumed, it acts again.
-	require.NoError(t, p.send(wire.Pause{CommandID: "c-pause", Reason: "test"}))
-	time.Sleep(300 * time.Millisecond)
+	p.command(t, wire.Pause{CommandID: "c-pause", Reason: "test"}, "c-pause")
 	more, err := s.Publish(ctx, 1, nil)
 	require.NoError(t, err)
 	p.offer(t, more[0])
@@ -86,8 +85,7 @@ func TestHTTPActorBooks(t *testing.T) {
 	}
 	_, err = p.claims.Get(ctx, p.tenant, more[0].ID)
 	require.Error(t, err, "not even leased")
-	require.NoError(t, p.send(wire.Resume{CommandID: "c-resume"}))
-	time.Sleep(300 * time.Millisecond)
+	p.command(t, wire.Resume{CommandID: "c-resume"}, "c-resume")
 	p.offer(t, more[0])
 	require.Equal(t, wire.ResultConfirmed, p.outcome(t, 20*time.Second).Result)
 

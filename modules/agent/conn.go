@@ -14,10 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
+	"github.com/fleetwright/fleetwright/modules/link"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -133,7 +132,7 @@ const (
 
 type sessionResult struct {
 	out          outcome
-	installation string // who answered (unknown_token)
+	installation string // who answered (unknown_token) or welcomed
 	reason       string // why we retire
 	welcomed     bool
 	err          error
@@ -150,7 +149,9 @@ func (a *agent) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	netAttempt := 0
+	// The schedule and the retirement rule are the panel link's; the count
+	// and the installation that welcomed this agent live in its state.
+	retry := link.Retry{Jitter: a.cfg.Jitter, Installation: auth.InstallationID, Unknown: auth.UnknownTokenCount}
 
 	// The reconnect loop is deliberately not supervised: it has its own
 	// recovery (the backoffs below), and a supervisor restarting it would race
@@ -165,33 +166,27 @@ func (a *agent) run(ctx context.Context) error {
 		case outRetire:
 			return a.retire(ctx, stopWorkers, res.reason)
 		case outUnknownToken:
-			if auth.InstallationID != "" && res.installation != auth.InstallationID {
-				netAttempt++
-				pause = netBackoff(netAttempt, a.cfg.Jitter())
+			v := retry.UnknownToken(res.installation)
+			pause = v.Pause
+			if !v.Counted {
 				a.log.Warn("agent: unknown token from a panel installation that never welcomed this agent; not counted",
-					"answered_by", res.installation, "welcomed_by", auth.InstallationID, "retry_in", pause)
+					"answered_by", res.installation, "welcomed_by", retry.Installation, "retry_in", pause)
 				break
 			}
-			auth.UnknownTokenCount++
-			if err := a.store.SetUnknownTokenCount(ctx, auth.UnknownTokenCount); err != nil {
+			if err := a.store.SetUnknownTokenCount(ctx, retry.Unknown); err != nil {
 				a.log.Error("agent: cannot record the unknown-token count", "err", err)
 			}
-			if auth.UnknownTokenCount >= RetireAfter {
-				return a.retire(ctx, stopWorkers, fmt.Sprintf("the panel answered unknown token %d times in a row", auth.UnknownTokenCount))
+			if v.Retire {
+				return a.retire(ctx, stopWorkers, fmt.Sprintf("the panel answered unknown token %d times in a row", retry.Unknown))
 			}
-			pause = AuthPause(auth.UnknownTokenCount, a.cfg.Jitter())
-			a.log.Warn("agent: the panel does not know this agent's token", "consecutive", auth.UnknownTokenCount,
-				"retire_at", RetireAfter, "retry_in", pause)
+			a.log.Warn("agent: the panel does not know this agent's token", "consecutive", retry.Unknown,
+				"retire_at", link.RetireAfter, "retry_in", pause)
 		default:
 			if res.welcomed {
-				netAttempt = 0
-				// A welcome resets the count and names the installation.
-				if auth, err = a.store.Auth(ctx); err != nil {
-					a.log.Error("agent: read auth state", "err", err)
-				}
+				// The welcome was recorded (a.welcomed): the count is reset.
+				retry.Welcomed(res.installation)
 			}
-			netAttempt++
-			pause = netBackoff(netAttempt, a.cfg.Jitter())
+			pause = retry.Failed()
 			lvl := slog.LevelWarn
 			if res.out == outIncompatible {
 				lvl = slog.LevelError
@@ -229,60 +224,43 @@ func (a *agent) retire(ctx context.Context, stopWorkers context.CancelFunc, reas
 func (a *agent) session(ctx, workersCtx context.Context) sessionResult {
 	dctx, cancel := context.WithTimeout(ctx, a.cfg.IOTimeout)
 	defer cancel()
-	conn, resp, err := websocket.Dial(dctx, a.wsURL, &websocket.DialOptions{
-		HTTPHeader: http.Header{"User-Agent": {"fleetwright-agent/" + a.cfg.Build}},
-		HTTPClient: a.client,
-	})
+	c, err := link.Dialer{URL: a.wsURL, Client: a.client, CAFile: a.cfg.PanelCAFile, UserAgent: "fleetwright-agent/" + a.cfg.Build,
+		Clock: a.cfg.Clock, WriteTimeout: a.cfg.IOTimeout}.Dial(dctx)
 	if err != nil {
-		if resp != nil {
-			return sessionResult{out: outNetwork, err: fmt.Errorf("agent: dial: HTTP %d: %w", resp.StatusCode, err)}
-		}
-		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: dial: %w", err)}
+		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: %w", err)}
 	}
-	defer conn.CloseNow()
-	conn.SetReadLimit(wire.MaxMessageBytes)
+	defer c.CloseNow()
 
-	s := &session{a: a, conn: conn, version: wire.Current}
-	if err := s.send(ctx, wire.Hello{Version: wire.Current, MinVersion: wire.MinSupported, Build: a.cfg.Build,
+	s := &session{a: a, c: c}
+	m, err := c.Hello(dctx, wire.Hello{Version: wire.Current, MinVersion: wire.MinSupported, Build: a.cfg.Build,
 		Host: a.cfg.Hostname, Clock: a.cfg.Clock.Now(), Token: a.token,
-		InstallKey: wire.InstallKeyString(a.installKey.PublicKey())}); err != nil {
-		return sessionResult{out: outNetwork, err: err}
-	}
-	f, _, err := s.read(dctx)
-	if err != nil {
-		return sessionResult{out: outNetwork, err: err}
-	}
-	switch m := f.Message.(type) {
-	case wire.Reject:
-		_ = conn.Close(websocket.StatusNormalClosure, "")
-		switch m.Reason {
+		InstallKey: wire.InstallKeyString(a.installKey.PublicKey())})
+	var rej *link.Rejected
+	switch {
+	case errors.As(err, &rej):
+		switch rej.Reason {
 		case wire.RejectUnknownToken:
-			return sessionResult{out: outUnknownToken, installation: m.InstallationID}
+			return sessionResult{out: outUnknownToken, installation: rej.InstallationID}
 		case wire.RejectRetired:
 			return sessionResult{out: outRetire, reason: "the panel answered retired: this agent was deleted"}
 		case wire.RejectIncompatibleVersion:
 			return sessionResult{out: outIncompatible, err: fmt.Errorf("agent: panel speaks protocol %d..%d, this agent %d..%d: %s",
-				m.MinVersion, m.MaxVersion, wire.MinSupported, wire.Current, m.Message)}
+				rej.MinVersion, rej.MaxVersion, wire.MinSupported, wire.Current, rej.Message)}
 		}
-		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: rejected for an unknown reason %q", m.Reason)}
-	case wire.Welcome:
-		if !wire.Supported(m.Version) {
-			s.protocolError(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("welcome chose version %d outside %d..%d", m.Version, wire.MinSupported, wire.Current)})
-			return sessionResult{out: outIncompatible, err: fmt.Errorf("agent: panel chose protocol %d", m.Version)}
-		}
-		s.version = m.Version
-		s.agentID = m.AgentID
-		if err := a.welcomed(ctx, workersCtx, m); err != nil {
-			return sessionResult{out: outNetwork, err: err}
-		}
-		a.log.Info("agent: welcomed by the panel", "agent_id", m.AgentID, "installation", m.InstallationID, "protocol", m.Version)
-		a.released.Do(func() { go a.releaseStartup(ctx) })
-		err := s.serve(ctx, workersCtx)
-		return sessionResult{out: s.end, welcomed: true, err: err, reason: s.retireReason}
-	default:
-		s.protocolError(ctx, wire.Error{Code: wire.CodeUnexpected, Message: fmt.Sprintf("expected welcome or reject, got %s", f.Type)})
-		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: expected welcome or reject, got %s", f.Type)}
+		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: rejected for an unknown reason %q", rej.Reason)}
+	case errors.Is(err, link.ErrVersion):
+		return sessionResult{out: outIncompatible, err: fmt.Errorf("agent: %w", err)}
+	case err != nil:
+		return sessionResult{out: outNetwork, err: fmt.Errorf("agent: %w", err)}
 	}
+	s.agentID = m.AgentID
+	if err := a.welcomed(ctx, workersCtx, m); err != nil {
+		return sessionResult{out: outNetwork, err: err}
+	}
+	a.log.Info("agent: welcomed by the panel", "agent_id", m.AgentID, "installation", m.InstallationID, "protocol", m.Version)
+	a.released.Do(func() { go a.releaseStartup(ctx) })
+	err = s.serve(ctx, workersCtx)
+	return sessionResult{out: s.end, welcomed: true, installation: m.InstallationID, err: err, reason: s.retireReason}
 }
 
 // releaseStartup hands back the memory start-up used and no longer needs —

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -67,7 +68,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 
 	e := &e2e{ctx: ctx, d: d, board: brd, store: fleet.NewStore(d.App, v), agents: map[string]*testenv.Proc{},
 		redis: testenv.RedisURL(t)}
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&e.tenant))
+	e.tenant = factory.Tenant(t, d, "acme", "Acme Freight")
 	tokens := map[string]string{}
 	for i, kind := range kinds {
 		user := fmt.Sprintf("acme-%d", i+1)
@@ -86,7 +87,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 	require.NoError(t, err)
 	// The board honours keys, and the tenant's setting says so (or the
 	// agents refuse to claim).
-	require.NoError(t, e.eng.SetHonoursIdempotency(ctx, ops, e.tenant, claim.DefaultPlatform, true))
+	require.NoError(t, e.eng.SetHonoursIdempotency(ctx, ops, e.tenant, claim.DefaultPlatform, bcfg.IdempotencyKeys))
 	_, err = e.eng.PutFilter(ctx, ops, e.tenant, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 
@@ -185,7 +186,7 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 		for _, l := range loads {
 			keys = append(keys, l.ID)
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // real time: the publishing rate is the load's shape
 	}
 	require.Len(t, keys, 200)
 
@@ -208,6 +209,8 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 		if c, open := settled(); c == len(keys) || len(open) == 0 {
 			break
 		}
+		// A bounded poll that ends as soon as everything settled; it does
+		// not fail by itself: the checks below explain every miss.
 		time.Sleep(500 * time.Millisecond)
 	}
 	stats := brd.Stats()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
@@ -101,7 +102,11 @@ func TestHTTPActorActsOnGrants(t *testing.T) {
 	// Past its send-by by the database clock, though the message says it
 	// is not: the panel's gate refuses it.
 	stale := p.grant(t, loads[2], "h1", 300*time.Millisecond)
-	time.Sleep(400 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		var past bool
+		err := db.TenantRow(ctx, p.db.App, p.tenant, `SELECT clock_timestamp() > lease_expires_at FROM claims WHERE target_job_key = $1`, loads[2].ID).Scan(&past)
+		return err == nil && past
+	}, 10*time.Second, 10*time.Millisecond, "the database clock passed the grant's send-by")
 	stale.SendBy = time.Now().Add(5 * time.Second)
 	notSent(stale, "past its send-by by the database clock")
 
@@ -116,8 +121,7 @@ func TestHTTPActorActsOnGrants(t *testing.T) {
 	require.Equal(t, right, c.Token)
 
 	// Paused: NOT_SENT, nothing sent.
-	require.NoError(t, p.send(wire.Pause{CommandID: "c-pause", Reason: "test"}))
-	time.Sleep(300 * time.Millisecond)
+	p.command(t, wire.Pause{CommandID: "c-pause", Reason: "test"}, "c-pause")
 	notSent(p.grant(t, loads[4], "h1", 5*time.Second), "paused")
 
 	// A grant for an actor this agent does not run: NOT_SENT at once.

@@ -48,6 +48,9 @@ func TestBoardOutageTheFleetWaitsAndLosesNoClaim(t *testing.T) {
 	require.NoError(t, e.board.SetChaos(ch))
 	during := publish(3)
 	booked := len(e.board.Bookings("acme"))
+	// Real time, not an event: what is shown is that nothing happens. The
+	// agents' sessions, polls and retries run on their own real clocks, so
+	// a minute of a failing board covers several rounds of each.
 	time.Sleep(time.Minute)
 	require.Equal(t, booked, len(e.board.Bookings("acme")), "nothing is booked while the board fails")
 	require.Zero(t, confirmed(during))

@@ -82,7 +82,17 @@ func transientOutcome(t *testing.T, mode string) {
 	require.WithinDuration(t, *first.ConfirmedAt, *c.ConfirmedAt, time.Microsecond, "confirmed_at is the agent's, from the first report")
 	require.True(t, c.LeasedAt.Before(*c.ActSentAt))
 
-	time.Sleep(500 * time.Millisecond) // the applied acknowledgement arrives
+	// The applied acknowledgement arrives: the agent takes the report out
+	// of its outbox (SQLite in WAL mode: a second reader is fine).
+	require.Eventually(t, func() bool {
+		st, err := store.Open(ctx, stateDir)
+		if err != nil {
+			return false
+		}
+		defer st.Close()
+		q, err := st.Outbox(ctx)
+		return err == nil && len(q) == 0
+	}, 10*time.Second, 20*time.Millisecond, "the applied report left the outbox")
 	stop()
 	st, err := store.Open(ctx, stateDir)
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/fleetwright/fleetwright/modules/link"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -22,8 +23,7 @@ const assumedPingEvery = 15 * time.Second
 // session is one welcomed (or about to be) connection.
 type session struct {
 	a       *agent
-	conn    *websocket.Conn
-	version int
+	c       *link.Conn
 	agentID string // from welcome: sealed credentials are bound to it
 
 	end          outcome
@@ -38,41 +38,21 @@ type received struct {
 }
 
 func (s *session) send(ctx context.Context, m wire.Message) error {
-	data, err := wire.Encode(s.version, wire.Frame{Time: s.a.cfg.Clock.Now(), Message: m})
-	if err != nil {
+	if err := s.c.Send(ctx, m); err != nil {
 		return fmt.Errorf("agent: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, s.a.cfg.IOTimeout)
-	defer cancel()
-	if err := s.conn.Write(wctx, websocket.MessageText, data); err != nil {
-		return fmt.Errorf("agent: send %s: %w", m.MessageType(), err)
 	}
 	return nil
 }
 
-// read reads one message; a message that does not decode is answered with a
-// protocol error (the connection then ends).
+// read reads one message and when it arrived; a message that does not
+// decode is answered with a protocol error (the connection then ends).
 func (s *session) read(ctx context.Context) (wire.Frame, time.Time, error) {
-	typ, data, err := s.conn.Read(ctx)
+	f, err := s.c.Read(ctx)
 	at := s.a.cfg.Clock.Now()
 	if err != nil {
-		return wire.Frame{}, at, fmt.Errorf("agent: read: %w", err)
-	}
-	if typ != websocket.MessageText {
-		s.protocolError(ctx, wire.Error{Code: wire.CodeMalformed, Message: "binary messages are not part of the protocol"})
-		return wire.Frame{}, at, errors.New("agent: the panel sent a binary message")
-	}
-	f, err := wire.Decode(data)
-	if err != nil {
-		s.protocolError(ctx, wire.ErrorFor(err))
 		return wire.Frame{}, at, fmt.Errorf("agent: %w", err)
 	}
 	return f, at, nil
-}
-
-func (s *session) protocolError(ctx context.Context, e wire.Error) {
-	_ = s.send(ctx, e)
-	_ = s.conn.Close(websocket.StatusPolicyViolation, string(e.Code))
 }
 
 // serve reports state and answers the panel until the connection ends. The
@@ -85,7 +65,7 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 	readerDone := make(chan struct{})
 	defer func() {
 		cancel()
-		_ = s.conn.CloseNow()
+		_ = s.c.CloseNow()
 		<-readerDone
 	}()
 	go func() {
@@ -109,7 +89,7 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 	}
 	s.a.setCurrent(s)
 	defer s.a.setCurrent(nil)
-	if s.version >= wire.V3 {
+	if s.c.Version() >= wire.V3 {
 		go func() {
 			if err := s.a.claims.recover(rctx); err != nil && rctx.Err() == nil {
 				s.a.log.Error("agent: reporting journaled actions", "err", err)
@@ -127,7 +107,7 @@ func (s *session) serve(ctx, workersCtx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			_ = s.conn.Close(websocket.StatusGoingAway, "agent stopping")
+			_ = s.c.Close(websocket.StatusGoingAway, "agent stopping")
 			return ctx.Err()
 		case <-silence:
 			s.a.log.Warn("agent: the panel has been silent for two ping intervals; dropping the connection", "silent_for", silentFor)
@@ -232,7 +212,7 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	case wire.Lookup:
 		// Answered off the read loop: a look-up may take seconds.
 		go func() {
-			res := s.a.lookup(s.rctx, m, s.version)
+			res := s.a.lookup(s.rctx, m, s.c.Version())
 			if err := s.send(s.rctx, res); err != nil {
 				s.a.log.Warn("agent: could not answer a look-up", "err", err)
 			}
@@ -286,7 +266,7 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 	}
 	if retire {
 		s.end = outRetire
-		_ = s.conn.Close(websocket.StatusNormalClosure, "retired")
+		_ = s.c.Close(websocket.StatusNormalClosure, "retired")
 		return true, nil
 	}
 	return false, nil

@@ -2,17 +2,10 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
 	"log"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,62 +16,30 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
-// testCA is a private CA generated for one test, like Caddy's "tls internal".
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Fleetwright Test Root"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// leaf issues a server certificate for 127.0.0.1 and localhost.
-func (ca *testCA) leaf(t *testing.T) tls.Certificate {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "panel.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // newTLSFakePanel is the fake panel behind a real TLS listener on loopback
 // whose certificate the private CA signed.
-func newTLSFakePanel(t *testing.T, ca *testCA, script func(n int) action) *fakePanel {
+func newTLSFakePanel(t *testing.T, ca *testenv.CA, script func(n int) action) *fakePanel {
 	p := &fakePanel{t: t, script: script, hellos: make(chan wire.Hello, 100), sessions: make(chan *panelConn, 10),
 		now: time.Now}
 	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
 	p.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted handshake is the point
-	p.srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t)}, MinVersion: tls.VersionTLS12}
+	p.srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.ServerCert(t)}, MinVersion: tls.VersionTLS12}
 	p.srv.StartTLS()
 	t.Cleanup(p.srv.Close)
 	return p
 }
 
 func TestPanelCAFileTrustsAPrivateCA(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t, "Fleetwright Test Root")
 	p := newTLSFakePanel(t, ca, func(int) action { return welcome("inst_a", wire.Config{}) })
 	require.True(t, strings.HasPrefix(p.srv.URL, "https://127.0.0.1:"))
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, ca.pem, 0o644))
+	require.NoError(t, os.WriteFile(caFile, ca.PEM, 0o644))
 
 	// Without the CA the agent does not trust the panel: no hello leaves it.
 	h := newHarness(t, p)
@@ -109,8 +70,8 @@ func TestPanelCAFileErrors(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, data, 0o644))
 		return path
 	}
-	ca := newTestCA(t)
-	leaf := ca.leaf(t)
+	ca := testenv.NewCA(t, "Fleetwright Test Root")
+	leaf := ca.ServerCert(t)
 	leafPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Certificate[0]})
 	for path, want := range map[string]string{
 		filepath.Join(dir, "missing.pem"):   "no such file",
@@ -122,7 +83,7 @@ func TestPanelCAFileErrors(t *testing.T) {
 		require.ErrorContains(t, err, want)
 		require.ErrorContains(t, err, "--panel-ca-file")
 	}
-	_, err := panelClient(write("ca.pem", ca.pem))
+	_, err := panelClient(write("ca.pem", ca.PEM))
 	require.NoError(t, err)
 }
 

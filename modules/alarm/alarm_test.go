@@ -12,23 +12,15 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func newTenant(t *testing.T, d *testenv.Database, slug string) string {
-	t.Helper()
-	var id string
-	if err := d.Owner.QueryRow(context.Background(), `INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 func TestRaiseDeduplicatesAndResolveReopens(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
-	acme := newTenant(t, d, "acme")
+	acme := factory.Tenant(t, d, "acme", "acme")
 	a := alarm.Alarm{Kind: "worker.hung", Key: "agent-1/watcher", Tenant: acme, Severity: alarm.Critical,
 		Summary: "watcher on agent-1 completed nothing for 5m", Link: "/t/acme/fleet"}
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -91,8 +83,8 @@ func TestRaiseDeduplicatesAndResolveReopens(t *testing.T) {
 func TestRaiseInCallersTransactionRollsBackWithIt(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
-	acme := newTenant(t, d, "acme")
-	other := newTenant(t, d, "other")
+	acme := factory.Tenant(t, d, "acme", "acme")
+	other := factory.Tenant(t, d, "other", "other")
 	a := alarm.Alarm{Kind: "claim.conflict", Key: "job-7", Tenant: acme, Severity: alarm.Critical, Summary: "two leases acted on job-7"}
 	err := db.InTenant(ctx, d.App, acme, func(tx pgx.Tx) error {
 		if _, err := alarm.Raise(ctx, tx, a); err != nil {
@@ -143,8 +135,8 @@ func TestBadAlarmsAreRefusedClearly(t *testing.T) {
 func TestGaugeCountsOpenAlarmsOfEveryTenant(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
-	acme := newTenant(t, d, "acme")
-	beta := newTenant(t, d, "beta")
+	acme := factory.Tenant(t, d, "acme", "acme")
+	beta := factory.Tenant(t, d, "beta", "beta")
 	for _, a := range []alarm.Alarm{
 		{Kind: "worker.hung", Key: "a1", Tenant: acme, Severity: alarm.Critical, Summary: "x"},
 		{Kind: "worker.hung", Key: "b1", Tenant: beta, Severity: alarm.Critical, Summary: "x"},

@@ -32,10 +32,10 @@ import (
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/vault"
-	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/assistant/browse"
 	"github.com/fleetwright/fleetwright/modules/assistant/model"
 	"github.com/fleetwright/fleetwright/modules/assistant/store"
+	"github.com/fleetwright/fleetwright/modules/link"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -138,10 +138,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if panelWS, err = wsURL(cfg.Panel); err != nil {
 			return err
 		}
-		if panelTok, err = readToken(cfg.TokenFile); err != nil {
-			return err
+		if panelTok, err = link.ReadTokenFile(cfg.TokenFile); err != nil {
+			return fmt.Errorf("assistant: %w", err)
 		}
-		if panelHTTP, err = agent.PanelClient(cfg.PanelCAFile); err != nil {
+		if panelHTTP, err = link.Client(cfg.PanelCAFile); err != nil {
 			return fmt.Errorf("assistant: %w", err)
 		}
 	}
@@ -186,6 +186,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			_, err := guard.Check(ctx, "tcp", hostport)
 			return err
 		}}
+	// An approved action's writes are sent by the assistant itself, once
+	// each, on a fresh connection through the guard (browse.ClickOnce):
+	// never kept alive, so never on a reused connection, never resent.
+	writes := guard.Transport(nil)
+	writes.DisableKeepAlives, writes.ForceAttemptHTTP2 = true, false
+	bo.Writes = writes
 	if cfg.Attach == "" {
 		// A launched Chromium reaches the network only through the guard's
 		// proxy (loopback included), which checks at dial time.

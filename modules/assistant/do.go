@@ -568,7 +568,8 @@ func (r *Runner) click(ctx context.Context, ru *run, id string, n int) (outcome,
 	if settle <= 0 {
 		settle = 30 * time.Second
 	}
-	cerr := r.Browser.Click(ctx, id, n, settle)
+	// Its writes leave once, sent by the session, never resent by Chromium.
+	cerr := r.Browser.ClickOnce(ctx, id, n, settle)
 	res := "done"
 	if cerr != nil {
 		res = "unknown: " + cerr.Error()

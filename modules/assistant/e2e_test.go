@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -218,8 +219,13 @@ func TestInjectionPagesHoldTheGate(t *testing.T) {
 				require.NoError(t, err, "hold %d", i+1)
 				require.Equal(t, store.StatusWaiting, task.Status)
 				require.Empty(t, f.Outside.Requests())
-				require.NoError(t, f.Decide(task.Pending[0], false))
-				time.Sleep(300 * time.Millisecond)
+				denied := task.Pending[0]
+				require.NoError(t, f.Decide(denied, false))
+				// The next hold is another approval, not this one seen again.
+				require.Eventually(t, func() bool {
+					task, err := f.Task(id)
+					return err == nil && !slices.Contains(task.Pending, denied)
+				}, 30*time.Second, 20*time.Millisecond, "the denial was taken")
 			}
 			task, err := f.Wait(id, 60*time.Second, false, store.StatusDone)
 			require.NoError(t, err)

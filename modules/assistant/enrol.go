@@ -3,23 +3,18 @@ package assistant
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
-
-	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/assistant/store"
+	"github.com/fleetwright/fleetwright/modules/link"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -38,7 +33,8 @@ type enroller struct {
 	host  string
 	every time.Duration
 	model string
-	// client dials the panel (a private CA from --panel-ca-file; no redirects).
+	// client dials the panel (link.Client: a private CA from
+	// --panel-ca-file; no redirects).
 	client *http.Client
 	// caFile is --panel-ca-file ("": the system's CAs), named in errors.
 	caFile string
@@ -48,51 +44,15 @@ type enroller struct {
 	connected atomic.Bool
 }
 
-// readToken reads the enrolment token from a 0600 file.
-func readToken(path string) (wire.Secret, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return wire.Secret{}, fmt.Errorf("assistant: --token-file: %w", err)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return wire.Secret{}, fmt.Errorf("assistant: %s is readable by others (mode %o): chmod 600 %s", path, st.Mode().Perm(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return wire.Secret{}, fmt.Errorf("assistant: --token-file: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return wire.Secret{}, fmt.Errorf("assistant: %s is empty", path)
-	}
-	return wire.NewSecret(t), nil
-}
-
-// wsURL is the panel's agent endpoint. The token travels in the hello, so
-// a cleartext panel (http://, ws://) is refused unless it is this machine.
+// wsURL is the panel's agent endpoint (link.WebSocketURL: a cleartext
+// panel is refused unless it is this machine, since the token travels in
+// the hello).
 func wsURL(panel string) (string, error) {
-	if u, err := url.Parse(strings.TrimSpace(panel)); err == nil && (u.Scheme == "http" || u.Scheme == "ws") && u.Hostname() != "" &&
-		!agent.IsLoopbackHost(u.Hostname()) {
-		return "", fmt.Errorf("assistant: --panel %s is cleartext (%s://) to %s, which is not this machine: the assistant's token and its reports would cross the network readable; use https:// or wss:// (cleartext is accepted only on loopback)",
-			u.Redacted(), u.Scheme, u.Hostname())
-	}
-	s, err := agent.WebSocketURL(panel)
+	s, err := link.WebSocketURL(panel)
 	if err != nil {
 		return "", fmt.Errorf("assistant: %w", err)
 	}
 	return s, nil
-}
-
-// retireAfter is how many "unknown token" answers in a row, from the
-// panel installation that welcomed this assistant before, retire it (its
-// agent was deleted without a tombstone): the agent's rule.
-const retireAfter = 20
-
-// rejected is the panel's refusal of the hello.
-type rejected struct{ wire.Reject }
-
-func (r rejected) Error() string {
-	return fmt.Sprintf("the panel refused the assistant: %s: %s", r.Reason, r.Message)
 }
 
 // errRetired ends the enrolment for good (see retire).
@@ -100,36 +60,45 @@ type errRetired struct{ reason string }
 
 func (e errRetired) Error() string { return "retired by the panel: " + e.reason }
 
+// run keeps the assistant connected, on the panel link's schedule: the
+// network backoff after a drop, the authentication pauses after "unknown
+// token" answers, and retirement on the link.RetireAfter-th in a row.
 func (e *enroller) run(ctx context.Context) {
-	attempt, unknown := 0, 0
+	retry := link.Retry{Installation: e.r.setting(ctx, keyPanelInstallation, "")}
+	retry.Unknown, _ = strconv.Atoi(e.r.setting(ctx, keyUnknownTokens, "0"))
 	for {
-		welcomed, err := e.session(ctx)
+		welcome, err := e.session(ctx)
 		e.connected.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
-		var rej rejected
+		var (
+			rej   *link.Rejected
+			pause time.Duration
+		)
+		if welcome != nil {
+			retry.Welcomed(welcome.InstallationID)
+		}
 		switch {
 		case errors.As(err, &rej) && rej.Reason == wire.RejectRetired:
 			err = errRetired{"the panel answers that this assistant's agent was deleted"}
-		case errors.As(err, &rej) && rej.Reason == wire.RejectUnknownToken &&
-			rej.InstallationID != "" && rej.InstallationID == e.r.setting(ctx, keyPanelInstallation, ""):
-			if unknown++; unknown >= retireAfter {
-				err = errRetired{fmt.Sprintf("the panel that enrolled it answered %d times in a row that it does not know its token", unknown)}
+		case errors.As(err, &rej) && rej.Reason == wire.RejectUnknownToken:
+			v := retry.UnknownToken(rej.InstallationID)
+			pause = v.Pause
+			if v.Counted {
+				e.keepUnknown(ctx, retry.Unknown)
 			}
-		case errors.As(err, &rej) || welcomed:
-			unknown = 0 // another answer breaks the run (a failed dial is no answer)
+			if v.Retire {
+				err = errRetired{fmt.Sprintf("the panel that enrolled it answered %d times in a row that it does not know its token", retry.Unknown)}
+			}
+		default:
+			pause = retry.Failed()
 		}
 		var ret errRetired
 		if errors.As(err, &ret) {
 			e.r.retire(ctx, ret.reason, e.fingerprint())
 			return
 		}
-		if welcomed {
-			attempt = 0
-		}
-		attempt++
-		pause := time.Duration(1<<min(attempt, 6)) * time.Second // 2 s … 64 s
 		e.r.setPanelState("disconnected from the panel: " + err.Error())
 		e.r.Log.Warn("assistant: disconnected from the panel; reconnecting", "err", err, "retry_in", pause)
 		select {
@@ -140,6 +109,14 @@ func (e *enroller) run(ctx context.Context) {
 	}
 }
 
+// keepUnknown keeps the count of "unknown token" answers in the state, so a
+// restart does not reset it (a welcome does).
+func (e *enroller) keepUnknown(ctx context.Context, n int) {
+	if err := e.r.St.SetSetting(ctx, keyUnknownTokens, strconv.Itoa(n)); err != nil {
+		e.r.Log.Error("assistant: record the unknown-token count", "err", err)
+	}
+}
+
 // fingerprint names the token without revealing it (the retirement mark
 // keeps it, so a new token enrols again and the retired one never does).
 func (e *enroller) fingerprint() string {
@@ -147,109 +124,58 @@ func (e *enroller) fingerprint() string {
 	return hex.EncodeToString(h[:8])
 }
 
-type wsSession struct {
-	conn    *websocket.Conn
-	version int
-}
-
-func (s *wsSession) send(ctx context.Context, m wire.Message) error {
-	b, err := wire.Encode(s.version, wire.Frame{Time: time.Now(), Message: m})
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return s.conn.Write(wctx, websocket.MessageText, b)
-}
-
-func (s *wsSession) read(ctx context.Context) (wire.Frame, error) {
-	typ, b, err := s.conn.Read(ctx)
-	if err != nil {
-		return wire.Frame{}, err
-	}
-	if typ != websocket.MessageText {
-		return wire.Frame{}, errors.New("the panel sent a binary message")
-	}
-	return wire.Decode(b)
-}
-
-func (e *enroller) session(ctx context.Context) (bool, error) {
+// session runs one connection. It returns the welcome when there was one
+// (nil: the panel did not welcome it) and why the connection ended.
+func (e *enroller) session(ctx context.Context) (*wire.Welcome, error) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(dctx, e.wsURL, &websocket.DialOptions{HTTPClient: e.client,
-		HTTPHeader: http.Header{"User-Agent": {"fleetwright-assistant/" + e.build}}})
+	c, err := link.Dialer{URL: e.wsURL, Client: e.client, CAFile: e.caFile, UserAgent: "fleetwright-assistant/" + e.build,
+		WriteTimeout: 10 * time.Second}.Dial(dctx)
 	if err != nil {
-		return false, fmt.Errorf("dial %s: %w%s", e.wsURL, err, e.trustHint(err))
+		return nil, err
 	}
-	defer conn.CloseNow()
-	conn.SetReadLimit(wire.MaxMessageBytes)
-	s := &wsSession{conn: conn, version: wire.Current}
+	defer c.CloseNow()
 	// The assistant's messages exist from version 4 on.
-	if err := s.send(ctx, wire.Hello{Version: wire.Current, MinVersion: wire.V4, Build: e.build, Host: e.host, Clock: time.Now(), Token: e.token}); err != nil {
-		return false, err
-	}
-	f, err := s.read(dctx)
+	m, err := c.Hello(dctx, wire.Hello{Version: wire.Current, MinVersion: wire.V4, Build: e.build, Host: e.host, Clock: time.Now(), Token: e.token})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	switch m := f.Message.(type) {
-	case wire.Reject:
-		return false, rejected{m}
-	case wire.Welcome:
-		if m.Version < wire.V4 {
-			return false, fmt.Errorf("the panel chose protocol %d; enrolment needs 4", m.Version)
-		}
-		s.version = m.Version
-		if err := e.r.St.SetSetting(ctx, keyPanelInstallation, m.InstallationID); err != nil {
-			return false, err
-		}
-		if err := e.r.setPanelLimits(ctx, m.AssistantLimits); err != nil {
-			return false, err
-		}
-		e.r.setPanelPause(ctx, m.Config.Paused, "paused by the panel")
-		e.r.setPanelState("enrolled in the panel (agent " + m.AgentID + ")")
-		e.r.Log.Info("assistant: enrolled in the panel", "agent_id", m.AgentID, "protocol", m.Version)
-	default:
-		return false, fmt.Errorf("expected welcome, got %s", f.Type)
+	// The count resets with the welcome (run's link.Retry), here first in
+	// the state: a restart must not bring back answers a welcome broke.
+	if err := e.r.St.SetSetting(ctx, keyPanelInstallation, m.InstallationID); err != nil {
+		return &m, err
 	}
+	e.keepUnknown(ctx, 0)
+	if err := e.r.setPanelLimits(ctx, m.AssistantLimits); err != nil {
+		return &m, err
+	}
+	e.r.setPanelPause(ctx, m.Config.Paused, "paused by the panel")
+	e.r.setPanelState("enrolled in the panel (agent " + m.AgentID + ")")
+	e.r.Log.Info("assistant: enrolled in the panel", "agent_id", m.AgentID, "protocol", m.Version)
 	e.connected.Store(true)
 	errc := make(chan error, 1)
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() { errc <- e.reader(sctx, s) }()
+	go func() { errc <- e.reader(sctx, c) }()
 	tick := time.NewTicker(e.every)
 	defer tick.Stop()
 	for {
-		if err := e.report(sctx, s); err != nil {
-			return true, err
+		if err := e.report(sctx, c); err != nil {
+			return &m, err
 		}
 		select {
 		case <-sctx.Done():
-			return true, nil
+			return &m, nil
 		case err := <-errc:
-			return true, err
+			return &m, err
 		case <-tick.C:
 		}
 	}
 }
 
-// trustHint says what to do when the panel's certificate is not trusted:
-// no token left this machine, the TLS handshake failed first.
-func (e *enroller) trustHint(err error) string {
-	var ua x509.UnknownAuthorityError
-	var ve *tls.CertificateVerificationError
-	if !errors.As(err, &ua) && !(errors.As(err, &ve) && errors.As(ve.Err, &ua)) {
-		return ""
-	}
-	if e.caFile == "" {
-		return "; the panel's certificate is signed by a CA this machine does not trust (a private CA such as Caddy's \"tls internal\"?): give that CA's certificate with --panel-ca-file; the token was not sent"
-	}
-	return "; the panel's certificate is not signed by the CA in --panel-ca-file " + e.caFile + ": give the CA that signs the panel's certificate (Caddy: /var/lib/caddy/.local/share/caddy/pki/authorities/local/root.crt); the token was not sent"
-}
-
-func (e *enroller) reader(ctx context.Context, s *wsSession) error {
+func (e *enroller) reader(ctx context.Context, s *link.Conn) error {
 	for {
-		f, err := s.read(ctx)
+		f, err := s.Read(ctx)
 		if err != nil {
 			return err
 		}
@@ -258,7 +184,7 @@ func (e *enroller) reader(ctx context.Context, s *wsSession) error {
 		switch m := f.Message.(type) {
 		case wire.Ping:
 			now := time.Now()
-			if err := s.send(ctx, wire.Pong{CommandID: m.CommandID, PingSentAt: m.SentAt, ReceivedAt: now, SentAt: time.Now()}); err != nil {
+			if err := s.Send(ctx, wire.Pong{CommandID: m.CommandID, PingSentAt: m.SentAt, ReceivedAt: now, SentAt: time.Now()}); err != nil {
 				return err
 			}
 			continue
@@ -285,7 +211,7 @@ func (e *enroller) reader(ctx context.Context, s *wsSession) error {
 			id, ok, msg = m.CommandID, false, "the assistant keeps no platform credentials"
 		case wire.Retire:
 			id = m.CommandID
-			_ = s.send(ctx, wire.CommandResult{CommandID: id, OK: true})
+			_ = s.Send(ctx, wire.CommandResult{CommandID: id, OK: true})
 			reason := "the panel retired it"
 			if m.Reason != "" {
 				reason += ": " + m.Reason
@@ -296,7 +222,7 @@ func (e *enroller) reader(ctx context.Context, s *wsSession) error {
 		default:
 			continue // claim-engine messages are not for the assistant
 		}
-		if err := s.send(ctx, wire.CommandResult{CommandID: id, OK: ok, Error: msg}); err != nil {
+		if err := s.Send(ctx, wire.CommandResult{CommandID: id, OK: ok, Error: msg}); err != nil {
 			return err
 		}
 		if err := e.report(ctx, s); err != nil {
@@ -306,16 +232,16 @@ func (e *enroller) reader(ctx context.Context, s *wsSession) error {
 }
 
 // report sends the state (paused) and the assistant report.
-func (e *enroller) report(ctx context.Context, s *wsSession) error {
+func (e *enroller) report(ctx context.Context, s *link.Conn) error {
 	rep, err := e.r.Report(ctx)
 	if err != nil {
 		return err
 	}
 	rep.Model = e.model
-	if err := s.send(ctx, wire.State{Paused: rep.Paused}); err != nil {
+	if err := s.Send(ctx, wire.State{Paused: rep.Paused}); err != nil {
 		return err
 	}
-	return s.send(ctx, rep)
+	return s.Send(ctx, rep)
 }
 
 // Report builds the progress report the panel's console shows: no page

@@ -17,6 +17,9 @@ const (
 	// welcomed this assistant: only its "unknown token" answers count
 	// toward retirement.
 	keyPanelInstallation = "panel_installation"
+	// keyUnknownTokens counts the "unknown token" answers in a row that
+	// count toward retirement (link.Retry); a welcome resets it.
+	keyUnknownTokens = "panel_unknown_tokens"
 	// keyRetired marks a retirement from the panel (JSON of retiredMark).
 	keyRetired = "retired_from_panel"
 )

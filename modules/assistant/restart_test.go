@@ -61,6 +61,8 @@ func TestKilledBetweenClickAndRecordPublishesOnce(t *testing.T) {
 	require.Contains(t, task.StopReason, "UNKNOWN")
 	require.Contains(t, task.StopReason, "will not do it again on its own")
 	require.Empty(t, task.Pending)
+	// Real time, not an event: what is shown is that nothing happens — the
+	// restarted process does not take the task up again on its own.
 	time.Sleep(2 * time.Second)
 	task, err = h.Task(id)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
 
 // BenchmarkAppend is one audited change's cost to its transaction: one
@@ -29,10 +30,7 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatal(err)
 			}
 			audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, nil))
-			var tenant string
-			if err := d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('bench', 'Bench') RETURNING id::text`).Scan(&tenant); err != nil {
-				b.Fatal(err)
-			}
+			tenant := factory.Tenant(b, d, "bench", "Bench")
 			e := audit.Entry{Actor: "op@example.com", Action: "claim.pause", Target: "tenant", Detail: map[string]any{"paused": true}, IP: bc.ip}
 			for b.Loop() {
 				if err := db.InTenant(ctx, d.App, tenant, func(tx pgx.Tx) error { return audit.Append(ctx, tx, e) }); err != nil {

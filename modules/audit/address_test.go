@@ -3,7 +3,6 @@ package audit_test
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -22,19 +21,10 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
-
-func testVault(t *testing.T) *vault.Vault {
-	key := make([]byte, vault.KeySize)
-	_, err := rand.Read(key)
-	require.NoError(t, err)
-	v, err := vault.New(key)
-	require.NoError(t, err)
-	return v
-}
 
 // appendFrom appends one entry made from address ip in tenant's chain and
 // returns its id.
@@ -66,8 +56,8 @@ func chained(t *testing.T, super *pgx.Conn, id int64) (ip, mac string) {
 func TestClientAddressIsKeyedInTheChainAndClearBesideIt(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a, b := newTenant(t, d, "aaa"), newTenant(t, d, "bbb")
-	v := testVault(t)
+	a, b := factory.Tenant(t, d, "aaa", "aaa"), factory.Tenant(t, d, "bbb", "bbb")
+	v := testenv.Vault(t)
 	fake := clock.NewFake(time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC))
 	audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, fake))
 	super, err := pgx.Connect(ctx, d.SuperURL)
@@ -161,7 +151,7 @@ func TestClientAddressIsKeyedInTheChainAndClearBesideIt(t *testing.T) {
 
 	// Another secret key cannot open the stored key: appending with an
 	// address says what to do, and appends nothing.
-	wrong := audit.NewAddressKeys(d.App, testVault(t), fake)
+	wrong := audit.NewAddressKeys(d.App, testenv.Vault(t), fake)
 	audit.UseAddressKeys(wrong)
 	err = db.InTenant(ctx, d.App, a, func(tx pgx.Tx) error {
 		return audit.Append(ctx, tx, audit.Entry{Actor: "op", Action: "claim.pause", IP: addr})
@@ -192,7 +182,7 @@ func TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint(t *testing.
 		}
 	}
 	require.NoError(t, db.Migrate(ctx, d.Owner, before, embedded.AppRole, "test", log))
-	a := newTenant(t, d, "aaa")
+	a := factory.Tenant(t, d, "aaa", "aaa")
 	// As the code before it did: the address in clear in the entry.
 	for _, ip := range []string{"198.51.100.1", "198.51.100.2"} {
 		require.NoError(t, db.InTenant(ctx, d.App, a, func(tx pgx.Tx) error {
@@ -247,7 +237,7 @@ func TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint(t *testing.
 	rep := verify(t, d, path)
 	require.True(t, rep.OK(), rep.Problems)
 
-	audit.UseAddressKeys(audit.NewAddressKeys(d.App, testVault(t), nil))
+	audit.UseAddressKeys(audit.NewAddressKeys(d.App, testenv.Vault(t), nil))
 	appendFrom(t, d, a, "new.thing", "198.51.100.1")
 	seal(t, d, anchor)
 	cut := dbNow(t, d)
@@ -299,7 +289,7 @@ func TestShownAddress(t *testing.T) {
 func TestWithoutAddressKeysTheAddressStaysOutOfTheChain(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a := newTenant(t, d, "aaa")
+	a := factory.Tenant(t, d, "aaa", "aaa")
 	id := appendFrom(t, d, a, "claim.pause", "203.0.113.7")
 	super, err := pgx.Connect(ctx, d.SuperURL)
 	require.NoError(t, err)

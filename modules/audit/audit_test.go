@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -24,12 +25,6 @@ func appendN(t *testing.T, d *testenv.Database, tenant string, n int, action str
 			return audit.Append(ctx, tx, audit.Entry{Actor: "tester", Action: action, Target: "t", Detail: map[string]any{"i": i}})
 		}))
 	}
-}
-
-func newTenant(t *testing.T, d *testenv.Database, slug string) string {
-	var id string
-	require.NoError(t, d.Owner.QueryRow(context.Background(), `INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id))
-	return id
 }
 
 func TestAppendNeedsATenantScopeAndTheLogIsAppendOnly(t *testing.T) {
@@ -62,7 +57,7 @@ func TestAppendNeedsATenantScopeAndTheLogIsAppendOnly(t *testing.T) {
 func TestCrossTenantReadsNeedAnAuditedAdmin(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a, b := newTenant(t, d, "aaa"), newTenant(t, d, "bbb")
+	a, b := factory.Tenant(t, d, "aaa", "aaa"), factory.Tenant(t, d, "bbb", "bbb")
 	appendN(t, d, a, 2, "a.did")
 	appendN(t, d, b, 3, "b.did")
 	count := func(tx pgx.Tx) int {
@@ -114,7 +109,7 @@ func verify(t *testing.T, d *testenv.Database, path string) audit.Report {
 func TestSealingChainsPerTenantInTransactionOrder(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a := newTenant(t, d, "aaa")
+	a := factory.Tenant(t, d, "aaa", "aaa")
 	appendN(t, d, audit.System, 2, "sys.did")
 	// An entry whose transaction is still open is not sealed yet, even if
 	// later entries are: it gets its place once it commits.
@@ -143,7 +138,7 @@ func TestSealingChainsPerTenantInTransactionOrder(t *testing.T) {
 func TestVerifyFindsTamperingBehindTheAppsBack(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a := newTenant(t, d, "aaa")
+	a := factory.Tenant(t, d, "aaa", "aaa")
 	anchorPath := filepath.Join(t.TempDir(), "audit", "anchors.log")
 	anchor := audit.NewAnchor(anchorPath, testenv.Logger(t))
 	appendN(t, d, audit.System, 6, "user.created")

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
 
 func dbNow(t *testing.T, d *testenv.Database) time.Time {
@@ -41,7 +42,7 @@ func entries(t *testing.T, d *testenv.Database, chain string) int {
 func TestDropBeforeCheckpointStillVerifies(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a := newTenant(t, d, "aaa")
+	a := factory.Tenant(t, d, "aaa", "aaa")
 	path := filepath.Join(t.TempDir(), "audit", "anchors.log")
 	anchor := audit.NewAnchor(path, testenv.Logger(t))
 	appendN(t, d, a, 5, "old.thing")
@@ -100,7 +101,7 @@ func TestDropBeforeCheckpointStillVerifies(t *testing.T) {
 func TestCheckpointsCannotBeForged(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
-	a, b := newTenant(t, d, "aaa"), newTenant(t, d, "bbb")
+	a, b := factory.Tenant(t, d, "aaa", "aaa"), factory.Tenant(t, d, "bbb", "bbb")
 	path := filepath.Join(t.TempDir(), "audit", "anchors.log")
 	anchor := audit.NewAnchor(path, testenv.Logger(t))
 	appendN(t, d, a, 4, "a.thing")

@@ -131,12 +131,20 @@ func TestBrowserBooking(t *testing.T) {
 	require.Equal(t, "Taken", resultText(t, p3, l2.ID))
 
 	// Commit but drop the response: the page sees a failed request, the
-	// booking is recorded, and the bookings endpoint shows it.
+	// booking is recorded, and the bookings endpoint shows it. The board
+	// keeps connections alive like any server, and Chromium resends a
+	// request whose reused connection closed before any answer (the
+	// hazard docs/CLAIMS.md, "A booking is written once", keeps out of the
+	// actor): the click reaches the board once or twice, each committed.
 	require.NoError(t, tb.s.SetChaos(withDrop(tb.s.Chaos())))
+	before := tb.s.Stats()
 	l3 := tb.publish(t, 1)[0]
 	row(p1, l3.ID).MustElement("button.book-btn").MustClick()
 	require.Equal(t, "Request failed", resultText(t, p1, l3.ID))
-	require.EqualValues(t, 4, tb.s.Stats().ConfirmedBookings)
+	after := tb.s.Stats()
+	sent := after.BookingRequests - before.BookingRequests
+	require.True(t, sent == 1 || sent == 2, "one click, %d booking requests", sent)
+	require.Equal(t, before.ConfirmedBookings+sent, after.ConfirmedBookings, "every request that arrived was committed")
 	c := tb.login(t, "acme-2")
 	var found bool
 	for _, bk := range bookings(t, c, "").Bookings {

@@ -56,6 +56,13 @@ type Chaos struct {
 	// DropResponseRate is the fraction of bookings that commit and then
 	// have their connection closed with no response: an UNKNOWN outcome.
 	DropResponseRate float64 `json:"drop_response_rate"`
+	// DropReusedResponseRate is the fraction of bookings that arrive on a
+	// reused keep-alive connection (one that carried an earlier request),
+	// commit, and then have that connection closed with no response: what
+	// a proxy's idle timeout, a load balancer's reset or a restart does to
+	// a real board. A client stack that resends a request whose reused
+	// connection closed before any answer books twice here.
+	DropReusedResponseRate float64 `json:"drop_reused_response_rate,omitempty"`
 	// LateCommitRate is the fraction of bookings answered 504 at once and
 	// committed LateCommitDelay later, after the client has given up.
 	LateCommitRate  float64  `json:"late_commit_rate"`
@@ -75,7 +82,8 @@ type Chaos struct {
 func (c Chaos) validate() error {
 	for name, v := range map[string]float64{
 		"error_rate": c.ErrorRate, "book_error_rate": c.BookErrorRate, "drop_response_rate": c.DropResponseRate,
-		"late_commit_rate": c.LateCommitRate, "captcha_rate": c.CaptchaRate,
+		"drop_reused_response_rate": c.DropReusedResponseRate,
+		"late_commit_rate":          c.LateCommitRate, "captcha_rate": c.CaptchaRate,
 	} {
 		if v < 0 || v > 1 || math.IsNaN(v) {
 			return fmt.Errorf("%s must be between 0 and 1, got %v", name, v)

@@ -88,6 +88,7 @@ func (c *Config) Register(s *config.Set) {
 	s.String(&c.Chaos.Latency, "chaos-latency", "FLEET_BOARD_CHAOS_LATENCY", "", `added latency: "20ms", "uniform:5ms-50ms", "normal:40ms,10ms", "exp:30ms"`, role)
 	s.Float(&c.Chaos.ErrorRate, "chaos-5xx-rate", "FLEET_BOARD_CHAOS_5XX_RATE", 0, "fraction of board requests answered 503 without effect", role)
 	s.Float(&c.Chaos.DropResponseRate, "chaos-drop-response-rate", "FLEET_BOARD_CHAOS_DROP_RESPONSE_RATE", 0, "fraction of bookings committed whose response is dropped", role)
+	s.Float(&c.Chaos.DropReusedResponseRate, "chaos-drop-reused-response-rate", "FLEET_BOARD_CHAOS_DROP_REUSED_RESPONSE_RATE", 0, "fraction of bookings that arrive on a reused connection, commit, and have their response dropped", role)
 	s.Float(&c.Chaos.LateCommitRate, "chaos-late-commit-rate", "FLEET_BOARD_CHAOS_LATE_COMMIT_RATE", 0, "fraction of bookings answered 504 at once and committed later", role)
 	s.Duration((*time.Duration)(&c.Chaos.LateCommitDelay), "chaos-late-commit-delay", "FLEET_BOARD_CHAOS_LATE_COMMIT_DELAY", 5*time.Second, "delay before a late commit lands", role)
 	s.Duration((*time.Duration)(&c.Chaos.Hold), "chaos-hold", "FLEET_BOARD_CHAOS_HOLD", 0, "keep every booking request open this long before handling it", role)

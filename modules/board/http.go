@@ -8,10 +8,12 @@ import (
 	"errors"
 	"html/template"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,21 +89,43 @@ func (h *handler) chaotic(next http.HandlerFunc, errs bool) http.HandlerFunc {
 			return
 		}
 		ch := h.b.Chaos()
-		if ch.DropResponseRate > 0 {
-			// While responses may be dropped, no connection is reused:
-			// browsers and Go's client silently resend a request whose
-			// reused connection closed before any answer (Go only for
-			// requests it deems idempotent, which includes any request
-			// carrying an Idempotency-Key), which would turn one dropped
-			// answer into a second booking behind the caller's back.
-			w.Header().Set("Connection", "close")
-		}
+		// Connections stay alive whatever the switches say, as on a real
+		// server: a dropped answer on a reused connection is exactly what
+		// a client stack may resend behind its caller's back.
 		if errs && h.b.roll(ch.ErrorRate) {
 			unavailable(w, r)
 			return
 		}
 		next(w, r)
 	}
+}
+
+// connCount counts the requests one client connection has carried; the
+// server puts one in every connection's context (Server.ConnContext).
+type connCount struct{ n atomic.Int64 }
+
+type connKey struct{}
+
+// withConnCount is the server's ConnContext.
+func withConnCount(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, &connCount{})
+}
+
+// countRequest counts a request on its connection (the outermost handler).
+func countRequest(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(*connCount); ok {
+			c.n.Add(1)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// connReused tells a request that came on a connection that had carried
+// an earlier request.
+func connReused(ctx context.Context) bool {
+	c, ok := ctx.Value(connKey{}).(*connCount)
+	return ok && c.n.Load() > 1
 }
 
 func unavailable(w http.ResponseWriter, r *http.Request) {
@@ -451,8 +475,16 @@ func (h *handler) apiBook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := h.b.commit(work, si.Client, si.Account, loadID, key, "http")
-	if h.b.roll(ch.DropResponseRate) {
+	reused := connReused(r.Context())
+	dropped := h.b.roll(ch.DropResponseRate)
+	if !dropped && reused {
+		dropped = h.b.roll(ch.DropReusedResponseRate)
+	}
+	if dropped {
 		ev.Type, ev.BookingID, ev.Detail = EvResponseDropped, 0, strconv.Itoa(res.Status)
+		if reused {
+			ev.Detail += " reused connection"
+		}
 		if res.Booking != nil {
 			ev.BookingID = res.Booking.ID
 		}

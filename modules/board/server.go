@@ -182,7 +182,7 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error
 	h := &handler{b: b, token: token}
 	s := &Server{
 		Board: b, ln: ln, token: token, url: "http://" + ln.Addr().String(), done: make(chan error, 1),
-		srv: &http.Server{Handler: h.routes(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)},
+		srv: &http.Server{Handler: countRequest(h.routes()), ConnContext: withConnCount, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)},
 	}
 	b.wg.Add(3)
 	go b.publisher()

@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -95,6 +96,30 @@ func assignReplica(t *testing.T, b *bundle, name string, e *claim.Engine, actors
 	return ra
 }
 
+// waitWarm waits until the tenant's cell holds a non-empty warm list from
+// at least replicas replicas: until then assign mode has no actor to choose
+// and a job would be offered instead of granted.
+func waitWarm(t *testing.T, e *claim.Engine, tenant string, replicas int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		m := e.Cells()
+		if m == nil {
+			return false
+		}
+		lists, err := m.Warm(context.Background(), tenant)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, body := range lists {
+			if len(body) > len("[]") {
+				n++
+			}
+		}
+		return n >= replicas
+	}, 10*time.Second, 10*time.Millisecond, "the warm actors of %d replica(s) are published", replicas)
+}
+
 func actorsN(prefix string, n int) []claim.WarmActor {
 	out := make([]claim.WarmActor, n)
 	agent := uuid()
@@ -135,8 +160,9 @@ func TestTwoReplicasNeverGrantAJobTwice(t *testing.T) {
 	require.NoError(t, err)
 	r1 := assignReplica(t, b, "replica-1", b.engine, actorsN("one", 4))
 	r2 := assignReplica(t, b, "replica-2", e2, actorsN("two", 4))
-	// Both replicas' lists are published (each reads the other's).
-	time.Sleep(1500 * time.Millisecond)
+	// Both replicas' lists are published.
+	waitWarm(t, b.engine, b.tenant, 1)
+	waitWarm(t, e2, b.tenant, 1)
 
 	const jobs = 40
 	var wg sync.WaitGroup
@@ -152,6 +178,8 @@ func TestTwoReplicasNeverGrantAJobTwice(t *testing.T) {
 	}
 	wg.Wait()
 	require.Eventually(t, func() bool { return len(r1.grants())+len(r2.grants()) >= jobs }, 5*time.Second, 10*time.Millisecond)
+	// Real time, not an event: what is shown is that no second grant of a
+	// job arrives, so a late one through the cell gets a moment to show.
 	time.Sleep(300 * time.Millisecond)
 	perKey := map[string]int{}
 	crossed := 0
@@ -250,8 +278,13 @@ func TestGateCheck(t *testing.T) {
 	// Past its send-by time (by the database clock) the grant is refused.
 	short := grant("GATE-2", 300*time.Millisecond)
 	require.NoError(t, b.store.GateCheck(ctx, b.tenant, "GATE-2", short.Token, h, 0))
-	time.Sleep(400 * time.Millisecond)
-	require.Equal(t, claim.ReasonExpired, refused("GATE-2", short.Token, h), "a grant past its send-by is not acted on")
+	// The database clock passes the send-by (the gate check reads, so it
+	// can be asked until then).
+	require.Eventually(t, func() bool {
+		var r *claim.Refusal
+		err := b.store.GateCheck(ctx, b.tenant, "GATE-2", short.Token, h, 100*time.Millisecond)
+		return errors.As(err, &r) && r.Reason == claim.ReasonExpired
+	}, 10*time.Second, 10*time.Millisecond, "a grant past its send-by is not acted on")
 	// The margin counts: within the margin of the send-by, refused too.
 	near := grant("GATE-3", time.Second)
 	require.Equal(t, claim.ReasonExpired, reason(t, b.store.GateCheck(ctx, b.tenant, "GATE-3", near.Token, h, 2*time.Second)))
@@ -308,10 +341,12 @@ func TestGrantPastDeadlineBecomesUnknown(t *testing.T) {
 	require.NoError(t, b.engine.SweepAll(ctx))
 	state, _, _ := claimRow(t, b, "SILENT")
 	require.Equal(t, "ACTING", state, "not taken back before its deadline")
-	time.Sleep(400 * time.Millisecond)
-	require.NoError(t, b.engine.SweepAll(ctx))
-	state, _, _ = claimRow(t, b, "SILENT")
-	require.Equal(t, "UNKNOWN", state)
+	// Past its deadline by the database clock, a sweep takes it back.
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.engine.SweepAll(ctx))
+		state, _, _ = claimRow(t, b, "SILENT")
+		return state == "UNKNOWN"
+	}, 10*time.Second, 20*time.Millisecond, "a sweep past the deadline makes it UNKNOWN")
 }
 
 // TestBatchWithAConflictingJobGrantsTheRest: one transaction grants a

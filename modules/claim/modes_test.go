@@ -104,7 +104,7 @@ func TestSweepRegrantsInAssignMode(t *testing.T) {
 	require.Equal(t, claim.DispatchAssign, mode, "a new tenant dispatches in assign mode")
 	b.job(t, b.tenant, "UNANSWERED")
 	ra := assignReplica(t, b, "replica-1", b.engine, actorsN("warm", 2))
-	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // the warm actors are published
+	waitWarm(t, b.engine, b.tenant, 1)
 
 	require.NoError(t, b.engine.SweepAll(ctx))
 	require.Eventually(t, func() bool { _, ok := ra.grantOf(b.tenant, "UNANSWERED"); return ok }, 5*time.Second,
@@ -115,6 +115,9 @@ func TestSweepRegrantsInAssignMode(t *testing.T) {
 	require.Equal(t, claim.Acting, c.State)
 	require.Equal(t, g.Token, c.Token)
 
+	// Real time: the sweep looks again only at jobs older than ReofferAfter
+	// (200 ms) by the database clock; then a wrongful second grant, which
+	// would arrive through the cell, gets the same moment to show.
 	time.Sleep(300 * time.Millisecond)
 	require.NoError(t, b.engine.SweepAll(ctx))
 	time.Sleep(300 * time.Millisecond)
@@ -167,15 +170,17 @@ func TestApprovedReviewIsGrantedInAssignMode(t *testing.T) {
 	ra := assignReplica(t, b, "replica-1", b.engine, actorsN("warm", 2))
 	cents := int64(100000)
 	require.NoError(t, b.store.SetLimits(ctx, testActor, b.tenant, claim.Limits{ReviewAboveCents: &cents}))
-	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // the warm actors are published
+	waitWarm(t, b.engine, b.tenant, 1)
 
 	require.NoError(t, b.engine.Dispatch(ctx, "default", entry(b.tenant, "BIG")))
-	time.Sleep(300 * time.Millisecond)
+	var rv []claim.Review
+	require.Eventually(t, func() bool {
+		var err error
+		rv, err = b.store.Reviews(ctx, b.tenant, 10)
+		return err == nil && len(rv) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the job is held for review")
 	_, granted := ra.grantOf(b.tenant, "BIG")
 	require.False(t, granted, "held for review")
-	rv, err := b.store.Reviews(ctx, b.tenant, 10)
-	require.NoError(t, err)
-	require.Len(t, rv, 1)
 
 	require.NoError(t, b.engine.Decide(ctx, audit.Entry{Actor: "ann@fleet.test"}, b.tenant, "BIG", true))
 	require.Eventually(t, func() bool { _, ok := ra.grantOf(b.tenant, "BIG"); return ok }, 5*time.Second, 10*time.Millisecond,

@@ -264,6 +264,26 @@ func (r *recBundle) reportUnknown(t *testing.T, key string, token int64, detail 
 	require.True(t, ack.OK, ack.Reason)
 }
 
+// dbNow is the database's clock, which the reconciler's grace is counted by.
+func (r *recBundle) dbNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	require.NoError(t, r.db.Owner.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now))
+	return now
+}
+
+// lookedUpAfter waits until a reconcile attempt that started after at has
+// finished: a look-up past grace has been made and its answer applied.
+func (r *recBundle) lookedUpAfter(t *testing.T, at time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		err := r.db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+			WHERE kind = 'claim.reconcile' AND attempted_at > $1 AND state <> 'running'`, at).Scan(&n)
+		return err == nil && n > 0
+	}, 30*time.Second, 20*time.Millisecond, "a look-up after %s", at)
+}
+
 func (r *recBundle) state(t *testing.T, key string) claim.State {
 	t.Helper()
 	c, err := r.store.Get(context.Background(), r.tenant, key)
@@ -402,13 +422,14 @@ func TestReconcileSignedOutLookupReleasesNothing(t *testing.T) {
 	token := r.act(t, key)
 	require.Equal(t, 1, r.board.SessionStorm(1), "the look-up session is signed out")
 	r.reportUnknown(t, key, token, "timeout")
+	pastGrace := r.dbNow(t).Add(r.engine.Config().Grace)
 	// Well past grace, many look-ups later, the claim is still UNKNOWN.
 	var attempts int
 	require.Eventually(t, func() bool {
 		require.NoError(t, r.db.Owner.QueryRow(ctx, `SELECT COALESCE(max(attempt), 0) FROM river_job WHERE kind = 'claim.reconcile'`).Scan(&attempts))
 		return attempts >= 5
 	}, 15*time.Second, 50*time.Millisecond)
-	time.Sleep(r.engine.Config().Grace)
+	r.lookedUpAfter(t, pastGrace)
 	require.Equal(t, claim.Unknown, r.state(t, key), "a signed-out answer proves nothing")
 	require.Equal(t, r.then(t, "UNKNOWN"), r.transitions(t, key))
 }
@@ -465,7 +486,7 @@ func TestReconcilerAcceptsOnlyTheClaimsOwnClient(t *testing.T) {
 	require.Equal(t, claim.Client{Board: strings.TrimRight(r.board.URL(), "/"), Name: "beta"}, as, "the attempt's own client")
 
 	r.reportUnknown(t, key, token, "HTTP 504")
-	time.Sleep(2 * r.engine.Config().Grace)
+	r.lookedUpAfter(t, r.dbNow(t).Add(r.engine.Config().Grace))
 	require.Equal(t, claim.Unknown, r.state(t, key), "another client's answer decides nothing")
 	require.Contains(t, r.logs.String(), "another platform client")
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -38,12 +39,15 @@ func sightingSurvives(t *testing.T, mode string) {
 	fake := clock.NewFake(time.Now())
 	got := b.dispatchIn(t, b.engine, mode, b.tenant)
 	redisURL := testenv.RedisURL(t)
+	reg := prometheus.NewRegistry()
 	m := cell.New(b.db.App, b.engine.CellConfig(cell.Config{DefaultRedisURL: redisURL, Consumer: "replica-1",
-		Reload: 200 * time.Millisecond, ReclaimIdle: 200 * time.Millisecond, Clock: fake, Log: testenv.Logger(t)}))
+		Reload: 200 * time.Millisecond, ReclaimIdle: 200 * time.Millisecond, Clock: fake, Log: testenv.Logger(t), Registerer: reg}))
 	b.engine.SetCells(m)
 	require.NoError(t, m.Start(ctx))
 	t.Cleanup(m.Stop)
-	time.Sleep(claim.WarmEvery + 500*time.Millisecond) // assign: the warm actors are published
+	if mode == claim.DispatchAssign {
+		waitWarm(t, b.engine, b.tenant, 1)
+	}
 
 	// Postgres refuses to record jobs (as when it is unreachable).
 	_, err := b.db.Owner.Exec(ctx, `
@@ -60,7 +64,10 @@ func sightingSurvives(t *testing.T, mode string) {
 	}
 	sight("LD-KEPT", time.Now().Add(10*time.Minute))
 	sight("LD-GONE", time.Now().Add(90*time.Second))
-	time.Sleep(500 * time.Millisecond) // the first dispatches fail
+	// The first dispatches of both fail: the dispatcher has left both
+	// entries pending (its error count).
+	require.Eventually(t, func() bool { return dispatched(t, reg, "error") >= 2 }, 10*time.Second, 10*time.Millisecond,
+		"both first dispatches failed and were left pending")
 	recorded := func(key string) bool {
 		_, err := b.store.JobRecord(ctx, b.tenant, key)
 		return err == nil
@@ -99,4 +106,26 @@ func sightingSurvives(t *testing.T, mode string) {
 		return tx.QueryRow(ctx, `SELECT count(*) FROM claim_jobs`).Scan(&n)
 	}))
 	require.Equal(t, 1, n)
+}
+
+// dispatched is the cell's count of entries its dispatcher handled with
+// result (fleet_cell_dispatched_total).
+func dispatched(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	n := 0.0
+	for _, f := range fams {
+		if f.GetName() != "fleet_cell_dispatched_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }

@@ -116,7 +116,12 @@ func TestFencing(t *testing.T) {
 	// While the lease runs, nobody else gets it.
 	_, err = b.store.Lease(ctx, claim.LeaseRequest{Tenant: b.tenant, Key: "LD-1", Holder: a2, For: time.Minute})
 	require.Equal(t, claim.ReasonHeld, reason(t, err))
-	time.Sleep(300 * time.Millisecond) // a real wait: Postgres's clock decides
+	// Postgres's clock decides: wait until it has passed the lease's end.
+	require.Eventually(t, func() bool {
+		var past bool
+		err := db.TenantRow(ctx, b.db.App, b.tenant, `SELECT clock_timestamp() > lease_expires_at FROM claims WHERE target_job_key = $1`, "LD-1").Scan(&past)
+		return err == nil && past
+	}, 10*time.Second, 10*time.Millisecond, "the database clock passed the lease's end")
 	_, err = b.store.StartActing(ctx, b.tenant, "LD-1", short.Token, a1, 10*time.Second)
 	require.Equal(t, claim.ReasonExpired, reason(t, err))
 

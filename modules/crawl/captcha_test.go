@@ -26,11 +26,11 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/agent"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -51,16 +51,12 @@ type rig struct {
 
 func newRig(t *testing.T, ctx context.Context, solvers map[string]crawl.SolverFactory) *rig {
 	d := testenv.DB(t)
-	v, err := vault.New(make([]byte, vault.KeySize))
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	r := &rig{d: d}
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&r.tenant))
+	r.tenant = factory.Tenant(t, d, "acme", "Acme")
 	fst := fleet.NewStore(d.App, v)
-	acct, err := fst.CreateAccount(ctx, r.tenant, fleet.AccountInput{Key: "crawler-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "crawler-1",
-		Password: "unused-crawler-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: agent.KindCrawler}}}, ops)
-	require.NoError(t, err)
-	_, token, err := fst.CreateAgent(ctx, r.tenant, acct, "agent-1", ops)
-	require.NoError(t, err)
+	acct := factory.Account(t, fst, r.tenant, fleet.AccountInput{Key: "crawler-1", Workers: []wire.WorkerSpec{{Name: "crawler-1", Kind: agent.KindCrawler}}})
+	_, token := factory.Agent(t, fst, r.tenant, acct, "agent-1")
 
 	var inst string
 	require.NoError(t, d.App.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&inst))

@@ -28,6 +28,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board/catalog"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -57,7 +58,7 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 	v, err := vault.New(key)
 	require.NoError(t, err)
 	f := &crawlFleet{t: t, bin: testenv.Binary(t), d: d, key: hex.EncodeToString(key)}
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&f.tenant))
+	f.tenant = factory.Tenant(t, d, "acme", "Acme")
 	st := fleet.NewStore(d.App, v)
 	f.fleet = st
 	ops := audit.Entry{Actor: "e2e"}

@@ -269,6 +269,8 @@ proxy_pool: %s
 	// 3. After its cooldown the failing proxy is tried again, fails again,
 	// and is benched for longer.
 	firstBench := *px.BenchedUntil
+	// Real time: the bench is kept by the panel process on its own clock
+	// (the binary under test, not this process), so the test waits it out.
 	time.Sleep(time.Until(firstBench) + 200*time.Millisecond)
 	f.runJob("via-proxy")
 	again, _, _ := bad.seen()

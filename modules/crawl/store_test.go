@@ -16,6 +16,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
 
 // TestStore: versions kept per tenant under row-level security, unchanged
@@ -25,8 +26,8 @@ func TestStore(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
 	var t1, t2 string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('one', 'One') RETURNING id::text`).Scan(&t1))
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('two', 'Two') RETURNING id::text`).Scan(&t2))
+	t1 = factory.Tenant(t, d, "one", "One")
+	t2 = factory.Tenant(t, d, "two", "Two")
 	rc, err := river.NewClient(riverpgxv5.New(d.App), &river.Config{})
 	require.NoError(t, err)
 	svc := crawl.NewService(d.App, rc, nil)

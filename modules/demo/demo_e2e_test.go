@@ -481,7 +481,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bo
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not after %s (last: %s)", what, timeout, last)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a poll for cond, as require.Eventually would, keeping cond's last word
 	}
 }
 

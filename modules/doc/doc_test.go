@@ -194,3 +194,24 @@ func TestModuleMapNamesEveryModule(t *testing.T) {
 	}
 	require.Empty(t, gone, "README's module map names modules that do not exist")
 }
+
+// TestUserDocsNameNoIssues: the docs describe what the code does today, so
+// they cite no issue numbers ("issue 11's rules", "issues 11–16"); the
+// dated runs under docs/reports may.
+func TestUserDocsNameNoIssues(t *testing.T) {
+	top := root(t)
+	issue := regexp.MustCompile(`(?i)\bissues? #?[0-9]+`)
+	var found []string
+	for _, doc := range userDocs(t, top) {
+		b, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		rel, err := filepath.Rel(top, doc)
+		require.NoError(t, err)
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := issue.FindString(line); m != "" {
+				found = append(found, rel+":"+strconv.Itoa(i+1)+": "+m)
+			}
+		}
+	}
+	require.Empty(t, found, "issue numbers in the user docs: say what the code does instead")
+}

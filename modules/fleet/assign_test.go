@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -139,6 +140,27 @@ func running(name, kind string) wire.WorkerState {
 	return wire.WorkerState{Name: name, Kind: kind, State: wire.WorkerRunning}
 }
 
+// published waits until the tenant's cell holds want warm actors in all
+// (every replica's list read, as the dispatcher reads them): until then a
+// job would be offered instead of granted.
+func published(t *testing.T, m *cell.Manager, tenant string, want int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		lists, err := m.Warm(context.Background(), tenant)
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, body := range lists {
+			var actors []claim.WarmActor
+			if json.Unmarshal(body, &actors) == nil {
+				n += len(actors)
+			}
+		}
+		return n == want
+	}, 10*time.Second, 10*time.Millisecond, "%d warm actors are published to the cell", want)
+}
+
 // TestAssignGrantsToAWarmActorOverTheWebSocket: in assign mode the panel
 // publishes only the actors that may act — on protocol v4, running, of an
 // agent not paused — and grants each job to one of them over its WebSocket:
@@ -189,7 +211,7 @@ func TestAssignGrantsToAWarmActorOverTheWebSocket(t *testing.T) {
 		require.Contains(t, []string{"act-1", "act-2"}, a.Worker)
 		require.Positive(t, a.RTTMicros)
 	}
-	time.Sleep(1500 * time.Millisecond) // the list is published to the cell
+	published(t, m, b.tenant, 2)
 
 	sight := func(key string) {
 		ok.send(wire.Detected{Worker: "watch-1", Sightings: []wire.Sighting{{SeenAt: time.Now(), Job: wire.Job{Key: key,

@@ -90,9 +90,11 @@ func TestAssignModeStrandsNoJobOfAV3Fleet(t *testing.T) {
 	v4 := connectLive(t, url, tokV4, wire.V4)
 	v4.state(false, running("act-1", "http_actor"))
 	require.Eventually(t, func() bool { return len(g.WarmActors()[b.tenant]) == 1 }, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(1500 * time.Millisecond) // the list is published to the cell
+	published(t, m, b.tenant, 1)
 	sight("LD-2")
 	require.Eventually(t, func() bool { return v4.grantedKey("LD-2") }, 10*time.Second, 20*time.Millisecond)
+	// Real time, not an event: what is shown is that no offer follows the
+	// grant, so a wrongful one gets a moment to show.
 	time.Sleep(300 * time.Millisecond)
 	require.False(t, v3.offeredKey("LD-2"), "a granted job is not offered")
 	require.False(t, v4.offeredKey("LD-2"))

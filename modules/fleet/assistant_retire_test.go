@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,8 +34,9 @@ import (
 // enrolled it answers 20 times in a row, it retires: it stops dialling, works
 // alone, and never uses that token again — not after the token is known
 // again, not after a restart. The reconnect pauses run on the assistant's
-// injected clock, moved by the test one second at a time (each move comes
-// after the test saw the answers so far, so it releases one dial at most).
+// injected clock on the protocol's schedule (3 s × 2^(n−1), then 15–25
+// min), which the test reads from the assistant's log and checks; the test
+// moves the clock by exactly each pause, so each move releases one dial.
 func TestTwentyUnknownTokenAnswersInARowRetireTheAssistant(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
@@ -88,37 +91,85 @@ func TestTwentyUnknownTokenAnswersInARowRetireTheAssistant(t *testing.T) {
 	require.NoError(t, db.TenantRow(ctx, b.db.App, b.tenant, `SELECT token_hash FROM agents WHERE id = $1`, id).Scan(&hash))
 	forget := func() { setHash(`UPDATE agents SET token_hash = sha256(token_hash) WHERE id = $1`, id) }
 	know := func() { setHash(`UPDATE agents SET token_hash = $2 WHERE id = $1`, id, hash) }
-	// until moves the assistant's clock a second at a time until cond
-	// holds; cond is read before each move.
-	until := func(cond func() bool, what string) {
+	// follow moves the assistant's clock by each reconnect pause it logs —
+	// exactly that pause, once it waits on it — until cond holds: a dial
+	// comes only when the pause the schedule gave has passed. A pause seen
+	// when cond came true is left for the next follow.
+	var pauses []time.Duration     // every reconnect pause, in order
+	var authPauses []time.Duration // those after an unknown-token answer
+	mark := 0                      // clk.Sleeps() seen so far
+	pending := time.Duration(-1)   // a pause logged and not yet passed
+	follow := func(cond func() bool, what string) {
 		t.Helper()
-		require.Eventually(t, func() bool {
-			if cond() {
-				return true
+		for {
+			if pending >= 0 && !cond() {
+				p := pending
+				require.Eventually(t, func() bool {
+					if i := slices.Index(clk.Sleeps()[mark:], p); i >= 0 {
+						mark += i + 1
+						return true
+					}
+					return false
+				}, 10*time.Second, time.Millisecond, "the assistant waits on the pause it logged")
+				pending = -1
+				clk.Advance(p)
 			}
-			clk.Advance(time.Second)
-			return false
-		}, 3*time.Minute, 2*time.Millisecond, what)
+			if cond() {
+				return
+			}
+			var lines []string
+			require.Eventually(t, func() bool {
+				lines = reconnects(logs.String())
+				return cond() || len(lines) > len(pauses)
+			}, 60*time.Second, 2*time.Millisecond, what)
+			if len(lines) > len(pauses) {
+				line := lines[len(pauses)]
+				pending = retryIn(t, line)
+				pauses = append(pauses, pending)
+				if strings.Contains(line, unknown) {
+					authPauses = append(authPauses, pending)
+				}
+			}
+		}
+	}
+	// The protocol's schedule after n answers in a row: 3 s × 2^(n−1)
+	// under 15 min, then rising within 15–25 min.
+	schedule := func(got []time.Duration) {
+		t.Helper()
+		require.Len(t, got, 19)
+		for i, w := range []time.Duration{3, 6, 12, 24, 48, 96, 192, 384, 768} {
+			require.Equal(t, w*time.Second, got[i], "pause after answer %d", i+1)
+		}
+		for i := 9; i < len(got); i++ {
+			require.GreaterOrEqual(t, got[i], 15*time.Minute, "pause after answer %d", i+1)
+			require.Less(t, got[i], 25*time.Minute, "pause after answer %d", i+1)
+			require.GreaterOrEqual(t, got[i], got[i-1], "pause after answer %d never decreases", i+1)
+		}
 	}
 
 	// The token forgotten (the agent deleted without a tombstone), the
 	// connection dropped: 19 answers, then the panel knows it again.
 	forget()
 	g.CloseAll()
-	until(func() bool { return answers() >= 19 }, "19 unknown-token answers")
+	follow(func() bool { return answers() >= 19 && len(authPauses) == 19 }, "19 unknown-token answers")
 	require.Equal(t, 19, answers())
+	schedule(authPauses)
+	require.Less(t, pauses[0], 2*time.Second, "a drop: the network backoff (0.5–1 s), not an authentication pause")
 	know()
-	until(func() bool { return welcomes() == 2 }, "welcomed again")
+	follow(func() bool { return welcomes() == 2 }, "welcomed again")
 	require.Eventually(t, func() bool { return b.read(t, id).Connected }, 30*time.Second, 50*time.Millisecond)
 	_, home, err := h.Get("/")
 	require.NoError(t, err)
 	require.NotContains(t, home, "retired from the panel", "19 answers and a welcome do not retire it")
 
-	// A welcome breaks the run: 19 more are still not 20 in a row.
+	// A welcome breaks the run: 19 more are still not 20 in a row, and the
+	// schedule starts again from 3 s.
 	forget()
 	g.CloseAll()
-	until(func() bool { return answers() >= 38 }, "19 more unknown-token answers")
+	authPauses = nil
+	follow(func() bool { return answers() >= 38 && len(authPauses) == 19 }, "19 more unknown-token answers")
 	require.Equal(t, 38, answers())
+	schedule(authPauses)
 	_, home, err = h.Get("/")
 	require.NoError(t, err)
 	require.NotContains(t, home, "retired from the panel")
@@ -126,7 +177,7 @@ func TestTwentyUnknownTokenAnswersInARowRetireTheAssistant(t *testing.T) {
 	// The 20th in a row retires it (that answer ends the loop: no
 	// "reconnecting" line, and exactly one more dial).
 	at38 := dials.Load()
-	until(func() bool { return strings.Contains(logs.String(), "retired from the panel; working alone") }, "retired")
+	follow(func() bool { return strings.Contains(logs.String(), "retired from the panel; working alone") }, "retired")
 	require.Equal(t, 38, answers())
 	require.Equal(t, at38+1, dials.Load())
 	_, home, err = h.Get("/")
@@ -141,7 +192,9 @@ func TestTwentyUnknownTokenAnswersInARowRetireTheAssistant(t *testing.T) {
 	for range 300 {
 		clk.Advance(time.Second)
 	}
-	time.Sleep(500 * time.Millisecond) // a dial would start within ms of the clock's move
+	// Real time, not an event: what is shown is that no dial comes; one
+	// would start within milliseconds of the clock's move.
+	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, before, dials.Load(), "a retired assistant does not dial")
 	require.NoError(t, h.StopAssistant())
 	require.NoError(t, h.StartAssistant(ctx, cfg, log))
@@ -151,7 +204,7 @@ func TestTwentyUnknownTokenAnswersInARowRetireTheAssistant(t *testing.T) {
 	for range 300 {
 		clk.Advance(time.Second)
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the same: no dial comes
 	require.Equal(t, before, dials.Load(), "restarted, it still does not use the retired token")
 	require.False(t, b.read(t, id).Connected)
 
@@ -160,4 +213,27 @@ func TestTwentyUnknownTokenAnswersInARowRetireTheAssistant(t *testing.T) {
 	require.NoError(t, err)
 	_, err = h.Wait(task, 60*time.Second, false, store.StatusDone)
 	require.NoError(t, err)
+}
+
+// reconnects are the assistant's "reconnecting" log lines, in order.
+func reconnects(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "assistant: disconnected from the panel; reconnecting") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+var retryInRe = regexp.MustCompile(`retry_in=(\S+)`)
+
+// retryIn is the pause a reconnect line names.
+func retryIn(t *testing.T, line string) time.Duration {
+	t.Helper()
+	m := retryInRe.FindStringSubmatch(line)
+	require.NotNil(t, m, line)
+	d, err := time.ParseDuration(m[1])
+	require.NoError(t, err, line)
+	return d
 }

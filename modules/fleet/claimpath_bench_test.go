@@ -68,6 +68,8 @@ func BenchmarkClaimPathWebSocket(b *testing.B) {
 	defer cp.Close()
 	p.Gateway.OnPanelIn(cp.PanelIn)
 	defer p.Gateway.OnPanelIn(nil)
+	// Real time, part of the benchmark's method: the measurement starts
+	// once the swarm has settled.
 	if mode == claim.DispatchAssign {
 		// Every connection registered, measured and published as warm.
 		time.Sleep(2500 * time.Millisecond)

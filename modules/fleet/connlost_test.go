@@ -167,9 +167,12 @@ func TestTransientOutcomeAnswers(t *testing.T) {
 	v3.act("LD-V3", l3.Token)
 	v4.act("LD-V4", l4.Token)
 
+	// Each refusal is counted in a sequence, which a rollback does not undo.
 	_, err = b.db.Owner.Exec(ctx, `
+		CREATE SEQUENCE test_settle_refusals;
+		GRANT USAGE ON SEQUENCE test_settle_refusals TO PUBLIC;
 		CREATE FUNCTION test_refuse_settle() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN RAISE EXCEPTION 'test: the database cannot record this now'; END $$;
+		BEGIN PERFORM nextval('test_settle_refusals'); RAISE EXCEPTION 'test: the database cannot record this now'; END $$;
 		CREATE TRIGGER test_refuse_settle BEFORE UPDATE ON claims FOR EACH ROW
 		    WHEN (OLD.state = 'ACTING' AND NEW.state <> 'ACTING') EXECUTE FUNCTION test_refuse_settle();`)
 	require.NoError(t, err)
@@ -193,7 +196,13 @@ func TestTransientOutcomeAnswers(t *testing.T) {
 	defer cancel()
 	data, err = wire.Encode(wire.V3, wire.Frame{Time: time.Now(), Message: wire.LeaseRequest{RequestID: "l-next", Worker: "actor-1", Key: "LD-V3-NEXT"}})
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // the outcome is handled first
+	// The outcome is handled first: Postgres refused it (the v4 agent's
+	// was the first refusal).
+	require.Eventually(t, func() bool {
+		var n int64
+		err := b.db.Owner.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM test_settle_refusals`).Scan(&n)
+		return err == nil && n >= 2
+	}, 10*time.Second, 10*time.Millisecond, "the v3 outcome was tried and refused")
 	require.NoError(t, v3.ws.Write(ctx, websocket.MessageText, data))
 	for {
 		_, raw, err := v3.ws.Read(rctx)
@@ -207,7 +216,7 @@ func TestTransientOutcomeAnswers(t *testing.T) {
 		}
 	}
 
-	_, err = b.db.Owner.Exec(ctx, `DROP TRIGGER test_refuse_settle ON claims; DROP FUNCTION test_refuse_settle();`)
+	_, err = b.db.Owner.Exec(ctx, `DROP TRIGGER test_refuse_settle ON claims; DROP FUNCTION test_refuse_settle(); DROP SEQUENCE test_settle_refusals;`)
 	require.NoError(t, err)
 	ack = v4.ask(outcome("LD-V4", l4.Token, "o4"), "o4").(wire.OutcomeAck)
 	require.True(t, ack.OK)

@@ -372,7 +372,16 @@ func TestResumeKeepsTheTenantsPause(t *testing.T) {
 	_, err = b.store.Enqueue(ctx, b.tenant, id, fleet.CmdResume, fleet.CommandBody{}, ops)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(b.pending(t, id)) == 0 }, 10*time.Second, 50*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // a state report after the command
+	// A state report after the command.
+	var acked time.Time
+	require.NoError(t, b.db.Owner.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&acked))
+	require.Eventually(t, func() bool {
+		var after bool
+		err := db.InTenant(ctx, b.db.App, b.tenant, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT COALESCE(state_at > $2, false) FROM agents WHERE id = $1`, id, acked).Scan(&after)
+		})
+		return err == nil && after
+	}, 10*time.Second, 20*time.Millisecond, "a state report after the command")
 	require.True(t, b.read(t, id).State.Paused, "the tenant is still paused")
 	require.False(t, b.read(t, id).Paused, "the agent's own pause is lifted")
 }

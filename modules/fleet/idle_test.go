@@ -56,7 +56,8 @@ func TestIdleConnectionsCloseWithAHandshake(t *testing.T) {
 	}
 
 	first := connect()
-	// A frame after a quiet spell is read: the state report lands.
+	// A frame after a quiet spell is read: the state report lands. Real
+	// time: the quiet spell is the point (the reader waits on the socket).
 	time.Sleep(300 * time.Millisecond)
 	data, err := wire.Encode(wire.Current, wire.Frame{Time: time.Now(), Message: wire.State{Workers: []wire.WorkerState{running("quiet", "idle")}}})
 	require.NoError(t, err)
@@ -80,6 +81,8 @@ func TestIdleConnectionsCloseWithAHandshake(t *testing.T) {
 	// The panel shutting down says so to every idle agent.
 	secondDone := make(chan error, 1)
 	go func() { secondDone <- closed(second) }()
+	// Real time: the connection goes quiet (its reader in the idle wait)
+	// before the panel shuts down.
 	time.Sleep(100 * time.Millisecond)
 	g.CloseAll()
 	err = <-secondDone

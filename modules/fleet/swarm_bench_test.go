@@ -162,6 +162,9 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key), "FLEET_DB_MAX_CONNS=32")
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
 	wsURL := strings.Replace(base, "http", "ws", 1) + "/agent/ws"
+	// The sleeps of this benchmark are its method, in real time: memory is
+	// read at set times after start-up and after the reconnect storm
+	// (docs/BENCHMARKS.md, "Agent connections and idle agent memory").
 	time.Sleep(2 * time.Second)
 	before := rssKiB(b, panel.Cmd.Process.Pid)
 	mBefore := goMetrics(b, base)

@@ -16,10 +16,10 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/cell"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/health"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -44,20 +44,16 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &bundle{d: testenv.DB(t), clk: clock.NewFake(time.Now())}
-	v, err := vault.New(make([]byte, vault.KeySize))
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	b.fl = fleet.NewStore(b.d.App, v)
-	require.NoError(t, b.d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&b.tenant))
-	acct, err := b.fl.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acct-1", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u",
-		Password: "Board-Password-1", TOTPSecret: "JBSWY3DPEHPK3PXP",
-		Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}, {Name: "actor-1", Kind: "http_actor"}}}, by)
-	require.NoError(t, err)
-	id, _, err := b.fl.CreateAgent(ctx, b.tenant, acct, "agent-1", by)
-	require.NoError(t, err)
+	b.tenant = factory.Tenant(t, b.d, "acme", "Acme")
+	acct := factory.Account(t, b.fl, b.tenant, fleet.AccountInput{Key: "acct-1",
+		Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}, {Name: "actor-1", Kind: "http_actor"}}})
+	id, _ := factory.Agent(t, b.fl, b.tenant, acct, "agent-1")
 	b.agent = fleet.Agent{ID: id, Tenant: b.tenant, AccountID: acct, Name: "agent-1"}
 	// Connected through a live replica, as the gateway records it.
 	replica := "00000000-0000-4000-8000-0000000000f1"
-	_, err = b.d.App.Exec(ctx, `INSERT INTO panel_replicas (id, host, listen, version, pid, started_at, last_seen)
+	_, err := b.d.App.Exec(ctx, `INSERT INTO panel_replicas (id, host, listen, version, pid, started_at, last_seen)
 		VALUES ($1, 'h', 'l', 'v', 1, now(), now() + interval '1 hour')`, replica)
 	require.NoError(t, err)
 	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {

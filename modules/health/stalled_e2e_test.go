@@ -24,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/board"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -89,7 +90,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { brd.Close() })
 	var tenant string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&tenant))
+	tenant = factory.Tenant(t, d, "acme", "Acme")
 	st := fleet.NewStore(d.App, v)
 	acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "pw-acme-1-Zq9", Client: "acme"})
 	require.NoError(t, err)
@@ -180,6 +181,9 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	}
 	require.Eventually(t, running, 2*time.Minute, 250*time.Millisecond, "the watcher runs")
 	// Healthy for longer than its threshold: never hung while it reads.
+	// Real time, not an event: the agent is a separate process whose
+	// watcher reports on its own clock, and what is shown is that no alarm
+	// is raised across the threshold.
 	time.Sleep(25 * time.Second)
 	open, err := alarm.IsOpen(ctx, d.App, tenant, "worker.hung", workerKey)
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/limit"
 )
 
@@ -57,8 +58,8 @@ func TestSetLoadAuditAndIsolation(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
 	var acme, other string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('other', 'Other') RETURNING id::text`).Scan(&other))
+	acme = factory.Tenant(t, d, "acme", "Acme")
+	other = factory.Tenant(t, d, "other", "Other")
 	by := audit.Entry{Actor: "ops@example.com"}
 	require.NoError(t, limit.Set(ctx, d.App, by, acme, limit.CrawlPagesPerDay, 100, true))
 	require.NoError(t, limit.Set(ctx, d.App, by, acme, limit.CrawlPagesPerDay, 50, true))
@@ -114,7 +115,7 @@ func TestReachedRaisesOneAlarmAndClearResolves(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
 	var acme string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
+	acme = factory.Tenant(t, d, "acme", "Acme")
 	e := limit.Effective{Name: limit.CrawlPagesPerDay, Value: 10, From: "tenant", Set: true}
 	log := testenv.Logger(t)
 	limit.Reached(ctx, d.App, log, acme, e, "crawl run of shop", "/t/acme/crawl/jobs/shop")
@@ -159,8 +160,8 @@ func TestSetTellsTheNotifiers(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
 	var acme, other string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('other', 'Other') RETURNING id::text`).Scan(&other))
+	acme = factory.Tenant(t, d, "acme", "Acme")
+	other = factory.Tenant(t, d, "other", "Other")
 	by := audit.Entry{Actor: "ops@example.com"}
 	r := &recorder{}
 	require.NoError(t, limit.Set(ctx, d.App, by, acme, limit.ModelSpendPerDay, 2500000, true, r))

@@ -19,6 +19,7 @@ const (
 	KindAgentStop     = "agent_stop_past_lease"    // SIGSTOP an agent holding a claim past its lease and act deadline, then SIGCONT
 	KindRedisOutage   = "cell_redis_outage"        // stop cell b's Redis, start it again
 	KindDropResponse  = "board_drop_response"      // the board commits and drops the response
+	KindDropReused    = "board_drop_reused"        // the board commits a booking that came on a reused connection and drops the response
 	KindLateCommit    = "board_late_commit"        // 504 at once, committed seconds later
 	Kind5xx           = "board_5xx_burst"          // 503 without effect
 	KindSessionStorm  = "session_storm"            // every board session expires
@@ -64,7 +65,7 @@ const (
 // board_commit_after_grace comes once the fleet has been booking for a
 // while: it needs a booking request inside its window, which a fleet still
 // warming up on a loaded machine may not send.
-var ChaosKinds = []string{KindPartition, Kind5xx, KindDropResponse, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit, KindCommitLate,
+var ChaosKinds = []string{KindPartition, Kind5xx, KindDropResponse, KindDropReused, KindSessionStorm, KindPanelFreeze, KindAgentKill, KindLateCommit, KindCommitLate,
 	KindPGRestart, KindRedisOutage, KindStopAfterGate, KindPGStall, KindAgentStop, KindBoardRestart, KindClockSkew, KindPanelRestart}
 
 // chaos runs the schedule in cycles until ctx ends; cycleDone closes when
@@ -78,6 +79,9 @@ func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 		},
 		KindDropResponse: func(ctx context.Context) (int, string) {
 			return r.boardBurst(ctx, board.EvResponseDropped, func(c *board.Chaos, on bool) { c.DropResponseRate = onOff(on, 0.4) })
+		},
+		KindDropReused: func(ctx context.Context) (int, string) {
+			return r.boardBurst(ctx, board.EvResponseDropped, func(c *board.Chaos, on bool) { c.DropReusedResponseRate = onOff(on, 1) })
 		},
 		KindLateCommit: func(ctx context.Context) (int, string) {
 			return r.boardBurst(ctx, board.EvLateCommit, func(c *board.Chaos, on bool) {

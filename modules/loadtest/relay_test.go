@@ -17,13 +17,20 @@ func TestRelayBlackholesThenLetsEverythingThrough(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	got := make(chan string, 1)
+	arrived := make(chan struct{}) // the first write reached the server
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		b, _ := io.ReadAll(c) // until the client's close arrives
-		got <- string(b)
+		first := make([]byte, len("before "))
+		if _, err := io.ReadFull(c, first); err != nil {
+			c.Close()
+			return
+		}
+		close(arrived)
+		rest, _ := io.ReadAll(c) // until the client's close arrives
+		got <- string(first) + string(rest)
 		c.Close()
 	}()
 	r, err := newRelay(ln.Addr().String())
@@ -34,7 +41,11 @@ func TestRelayBlackholesThenLetsEverythingThrough(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Write([]byte("before "))
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first write did not pass the open relay")
+	}
 	r.block()
 	_, err = c.Write([]byte("during"))
 	require.NoError(t, err, "the agent's writes do not fail: nothing tells it")

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/notify"
 )
 
@@ -90,8 +91,7 @@ type bundle struct {
 }
 
 func setup(t *testing.T) *bundle {
-	v, err := vault.New(make([]byte, vault.KeySize))
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	return &bundle{d: testenv.DB(t), clk: clock.NewFake(time.Now()), logs: &testenv.SyncBuffer{}, v: v}
 }
 
@@ -264,7 +264,7 @@ func TestEmailIsSentOnRaiseAndResolve(t *testing.T) {
 	n := b.notifier(nil, srv.addr)
 	require.Empty(t, b.create(t, n, notify.Channel{Name: "ops-mail", Kind: "email", Target: "ops@example.com", MinSeverity: alarm.Critical}))
 	var tenant string
-	require.NoError(t, b.d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&tenant))
+	tenant = factory.Tenant(t, b.d, "acme", "Acme")
 	_, err := alarm.Raise(ctx, b.d.App, alarm.Alarm{Kind: "worker.crash_loop", Key: "a1/actor-1", Tenant: tenant, Severity: alarm.Critical,
 		Summary: "actor-1 on agent-1: 3 restarts within 15m0s (crash loop)", Link: "/t/acme/fleet"})
 	require.NoError(t, err)

@@ -120,9 +120,13 @@ func TestBrowserClaimPages(t *testing.T) {
 	visit("/t/acme/claims", "claims", "Acme Freight · Claims")
 	require.Len(t, p.MustElements(`[data-testid="claims-table"] tbody tr`), 60)
 	require.True(t, p.MustHas(`[data-testid="tabs"] a.active[href="/t/acme/claims"]`))
-	// The live table refreshes itself (htmx) without losing its rows.
-	p.MustWaitRequestIdle()
-	time.Sleep(2500 * time.Millisecond)
+	// The live table refreshes itself (htmx) without losing its rows: wait
+	// for a refresh to have been swapped in.
+	p.MustEval(`() => { window.fleetSwaps = 0; document.body.addEventListener("htmx:afterSettle", () => { window.fleetSwaps++ }) }`)
+	require.Eventually(t, func() bool {
+		v, err := p.Eval(`() => window.fleetSwaps > 0`)
+		return err == nil && v.Value.Bool()
+	}, 30*time.Second, 50*time.Millisecond, "the table refreshed itself")
 	require.Len(t, p.MustElements(`[data-testid="claims-table"] tbody tr`), 60)
 
 	visit("/t/acme/claims/latency?window=1h", "latency", "Acme Freight · Latency")

@@ -47,6 +47,19 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), data, 0o644))
 	}
 	title := func() string { return p.MustElement(`[data-testid="page-title"]`).MustText() }
+	// submit clicks a form's button and waits for the page the form leads
+	// to: the page before is marked, and the wait ends once a document
+	// without the mark has loaded. (A navigation wait could end on a late
+	// lifecycle event of the page before, on a busy machine, leaving the
+	// test to read the old page's address.)
+	submit := func(sel string) {
+		p.MustEval(`() => { window.fleetStale = true }`)
+		p.MustElement(sel).MustClick()
+		require.Eventually(t, func() bool {
+			v, err := p.Eval(`() => window.fleetStale !== true && document.readyState === "complete"`)
+			return err == nil && v.Value.Bool()
+		}, 30*time.Second, 20*time.Millisecond, "the page after %s loaded", sel)
+	}
 	signIn := func() {
 		step()
 		require.NoError(t, p.Navigate(c.srv.URL+"/"))
@@ -54,23 +67,17 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"), p.MustInfo().URL)
 		p.MustElement(`[data-testid="email"]`).MustInput(email)
 		p.MustElement(`[data-testid="password"]`).MustInput(password)
-		wait := p.MustWaitNavigation()
-		p.MustElement(`[data-testid="signin-submit"]`).MustClick()
-		wait()
+		submit(`[data-testid="signin-submit"]`)
 		require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
 	}
 	enterCode := func(code string) {
 		step()
 		p.MustElement(`[data-testid="code"]`).MustInput(code)
-		wait := p.MustWaitNavigation()
-		p.MustElement(`[data-testid="mfa-submit"]`).MustClick()
-		wait()
+		submit(`[data-testid="mfa-submit"]`)
 	}
 	signOut := func() {
 		step()
-		wait := p.MustWaitNavigation()
-		p.MustElement(`[data-testid="who"] button`).MustClick()
-		wait()
+		submit(`[data-testid="who"] button`)
 		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"))
 	}
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -111,8 +112,25 @@ func TestFullDiskRefusesWritesCleanlyAndRecovers(t *testing.T) {
 	require.Contains(t, body, "is full")
 
 	// A write that needs new space is refused with a clear error; the rows
-	// before it are intact and the failed one left nothing.
-	err = write("during")
+	// before it are intact and the failed one left nothing. The write must
+	// be answered by a Postgres that is up: on a busy machine a background
+	// writer of the panel can meet the full disk in the WAL first, and the
+	// cluster restarts (its supervisor brings it back). A Postgres still
+	// starting (57P03) or shutting down (57P01, 57P02), or not yet
+	// listening, has not looked at the write: it is sent again until
+	// Postgres itself answers it.
+	notAnswered := func(err error) bool {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return strings.HasPrefix(pe.Code, "57")
+		}
+		var ce *pgconn.ConnectError
+		return errors.As(err, &ce) || pgconn.SafeToRetry(err)
+	}
+	require.Eventually(t, func() bool {
+		err = write("during")
+		return !notAnswered(err)
+	}, 2*time.Minute, 200*time.Millisecond, "Postgres answers the write")
 	require.Error(t, err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

@@ -194,6 +194,8 @@ func TestChangingPasswordEndsOtherSessionsAndIsThrottled(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
 	require.Equal(t, "1", res.Header.Get("Retry-After"))
 	require.Contains(t, body, "too many attempts")
+	// Real time: the throttle's window is counted in Postgres by the
+	// database's clock, and the answer said to retry after 1 s.
 	time.Sleep(1100 * time.Millisecond)
 
 	res, _ = do(t, here, "POST", c.srv.URL+"/account/password", url.Values{"current": {pw}, "password": {next}})

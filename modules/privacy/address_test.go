@@ -3,7 +3,6 @@ package privacy_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
@@ -29,11 +27,7 @@ import (
 func TestExportAndEraseClientAddresses(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
-	key := make([]byte, vault.KeySize)
-	_, err := rand.Read(key)
-	require.NoError(t, err)
-	v, err := vault.New(key)
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, nil))
 	ops := audit.Entry{Actor: "ops@example.com"}
 	acme, err := tenant.Create(ctx, d.App, "acme", "Acme", ops)

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
@@ -55,8 +54,7 @@ func TestExportAndEraseATenant(t *testing.T) {
 	require.NoError(t, err)
 	other, err := tenant.Create(ctx, d.App, "other", "Other", ops)
 	require.NoError(t, err)
-	v, err := vault.New(make([]byte, vault.KeySize))
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	st := fleet.NewStore(d.App, v)
 	const password = "Platform-Password-7781"
 	testenv.Secret(t, password)

@@ -2,7 +2,6 @@ package retention_test
 
 import (
 	"context"
-	"crypto/rand"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,8 +13,8 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/retention"
 )
 
@@ -28,17 +27,13 @@ import (
 func TestClientAddressRetentionKeepsTheChainVerifiable(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
-	key := make([]byte, vault.KeySize)
-	_, err := rand.Read(key)
-	require.NoError(t, err)
-	v, err := vault.New(key)
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	start := time.Now().UTC()
 	fake := clock.NewFake(start)
 	audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, fake))
 	var acme, beta string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('beta', 'Beta') RETURNING id::text`).Scan(&beta))
+	acme = factory.Tenant(t, d, "acme", "Acme")
+	beta = factory.Tenant(t, d, "beta", "Beta")
 	ops := audit.Entry{Actor: "ops@example.com"}
 	require.NoError(t, retention.Set(ctx, d.App, ops, acme, retention.ClientAddresses, 30, true))
 	require.NoError(t, retention.Set(ctx, d.App, ops, retention.Global, retention.ClientAddresses, 20, true))
@@ -89,7 +84,12 @@ func TestClientAddressRetentionKeepsTheChainVerifiable(t *testing.T) {
 	// Whole entries before the cut are dropped behind a checkpoint, their
 	// clear addresses with them.
 	cut := time.Now()
-	time.Sleep(2 * time.Millisecond)
+	// The next entry is stamped by the database's clock: wait until that
+	// clock has passed the cut.
+	require.Eventually(t, func() bool {
+		var after bool
+		return super.QueryRow(ctx, `SELECT clock_timestamp() > $1`, cut).Scan(&after) == nil && after
+	}, 5*time.Second, time.Millisecond, "the database clock passed the cut")
 	e3 := appendFrom(acme, "claim.pause", "203.0.113.7")
 	var mac3 string
 	require.NoError(t, super.QueryRow(ctx, `SELECT ip_mac FROM audit_log WHERE id = $1`, e3).Scan(&mac3))

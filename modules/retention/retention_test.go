@@ -12,12 +12,11 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/testenv"
-	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/retention"
-	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -26,7 +25,7 @@ func TestSettingsResolveTenantGlobalDefault(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
 	var acme string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
+	acme = factory.Tenant(t, d, "acme", "Acme")
 	by := audit.Entry{Actor: "ops@example.com"}
 	require.NoError(t, retention.Set(ctx, d.App, by, retention.Global, retention.AgentEvents, 14, true))
 	require.NoError(t, retention.Set(ctx, d.App, by, acme, retention.AgentEvents, 3, true))
@@ -78,17 +77,13 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	old := now.Add(-400 * 24 * time.Hour)
-	v, err := vault.New(make([]byte, vault.KeySize))
-	require.NoError(t, err)
+	v := testenv.Vault(t)
 	st := fleet.NewStore(d.App, v)
 	var acme string
-	require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text`).Scan(&acme))
+	acme = factory.Tenant(t, d, "acme", "Acme")
 	ops := audit.Entry{Actor: "test"}
-	acct, err := st.CreateAccount(ctx, acme, fleet.AccountInput{Key: "acct", BoardURL: "http://127.0.0.1:9", Client: "acme", Username: "u",
-		Password: "unused-pw-1", TOTPSecret: "JBSWY3DPEHPK3PXP", Workers: []wire.WorkerSpec{{Name: "w", Kind: "watcher"}}}, ops)
-	require.NoError(t, err)
-	agent, _, err := st.CreateAgent(ctx, acme, acct, "agent-1", ops)
-	require.NoError(t, err)
+	acct := factory.Account(t, st, acme, fleet.AccountInput{Key: "acct", Workers: factory.Workers("watcher")})
+	agent, _ := factory.Agent(t, st, acme, acct, "agent-1")
 	// A superuser writes and reads behind row-level security.
 	super, err := pgx.Connect(ctx, d.SuperURL)
 	require.NoError(t, err)

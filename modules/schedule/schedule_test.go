@@ -14,11 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/alarm"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 )
 
@@ -66,11 +68,7 @@ func setup(t *testing.T, handle schedule.Handler) *bundle {
 
 func (b *bundle) tenant(t *testing.T, slug string) string {
 	t.Helper()
-	var id string
-	if err := b.d.Owner.QueryRow(context.Background(), `INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return factory.Tenant(t, b.d, slug, slug)
 }
 
 func (b *bundle) runAll(t *testing.T, tenant string) {
@@ -188,21 +186,24 @@ func TestRunsOfOneScheduleNeverOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
+	var returned atomic.Int32
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(func() { free(); wg.Wait() })
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer returned.Add(1)
 			if err := b.s.RunPending(ctx, "", sc.ID); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
-	// Let the lease holder start its first run, then free it.
-	for calls.Load() == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	close(release)
+	// The lease holder starts its first run and the three others find the
+	// lease held and return; then the holder is freed.
+	require.Eventually(t, func() bool { return calls.Load() == 1 && returned.Load() == 3 }, 10*time.Second, 5*time.Millisecond,
+		"one run started and the three other callers found the lease held")
+	free()
 	wg.Wait()
 	if most.Load() != 1 || calls.Load() != 4 {
 		t.Fatalf("at most %d at once (want 1), %d calls (want the 4 fire times)", most.Load(), calls.Load())
@@ -284,6 +285,9 @@ func TestFailedRunRaisesAlarmAndLeaseIsRenewed(t *testing.T) {
 				if time.Now().After(deadline) {
 					return errors.New("lease not renewed")
 				}
+				// A poll for the renewer's write; this runs in the
+				// scheduled target's goroutine, where require cannot stop
+				// the test, so it returns an error instead.
 				time.Sleep(5 * time.Millisecond)
 			}
 		}

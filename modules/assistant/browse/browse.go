@@ -54,6 +54,9 @@ type Options struct {
 	// Check, when set, is asked about every request's host:port after the
 	// plan admits it (the egress guard: special-purpose ranges, ports).
 	Check func(ctx context.Context, hostport string) error
+	// Writes sends the page's writes during an approved action (ClickOnce):
+	// once each, on a connection of its own, through the egress guard.
+	Writes http.RoundTripper
 }
 
 // Session is the connected browser.
@@ -70,11 +73,21 @@ type Session struct {
 	mu      sync.Mutex
 	allow   func(host string) bool
 	blocked []string
+
+	// writes, writing, seen, inflight, idle and lost are ClickOnce's
+	// (once.go), under mu.
+	writes   http.RoundTripper
+	writing  bool
+	seen     chan struct{} // closed at the action's first write
+	inflight int
+	idle     *sync.Cond // inflight reached 0
+	lost     []string
 }
 
 // Open launches or attaches.
 func Open(ctx context.Context, o Options) (*Session, error) {
-	s := &Session{check: o.Check}
+	s := &Session{check: o.Check, writes: o.Writes}
+	s.idle = sync.NewCond(&s.mu)
 	if o.Attach != "" {
 		u := o.Attach
 		if !strings.HasPrefix(u, "ws") {
@@ -210,18 +223,21 @@ func (s *Session) filter(h *rod.Hijack) {
 	}
 	why := "not in the task's plan"
 	if allow != nil && allow(Host(u)) {
-		if s.check == nil {
-			h.ContinueRequest(&proto.FetchContinueRequest{})
-			return
+		var err error
+		if s.check != nil {
+			port := u.Port()
+			if port == "" {
+				port = map[string]string{"http": "80", "https": "443", "ws": "80", "wss": "443"}[u.Scheme]
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err = s.check(ctx, net.JoinHostPort(u.Hostname(), port))
+			cancel()
 		}
-		port := u.Port()
-		if port == "" {
-			port = map[string]string{"http": "80", "https": "443", "ws": "80", "wss": "443"}[u.Scheme]
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := s.check(ctx, net.JoinHostPort(u.Hostname(), port))
-		cancel()
 		if err == nil {
+			if s.inWrite(h) {
+				s.sendOnce(h)
+				return
+			}
 			h.ContinueRequest(&proto.FetchContinueRequest{})
 			return
 		}
