@@ -16,7 +16,7 @@ import (
 // ping intervals.
 var errPanelSilent = errors.New("agent: the panel went silent")
 
-// assumedPingEvery is the panel's ping interval (fleet.GatewayConfig's
+// assumedPingEvery is the panel's ping interval (gateway.Config's
 // default) that the agent assumes until two pings have measured it.
 const assumedPingEvery = 15 * time.Second
 

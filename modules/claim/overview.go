@@ -49,6 +49,3 @@ func (s *Store) CountWindow(ctx context.Context, tenant string, window time.Dura
 	}
 	return c, nil
 }
-
-// StageLabel names a stage for people ("detect → queued").
-func StageLabel(stage string) string { return stageLabel(stage) }

@@ -307,7 +307,7 @@ func (e *Engine) clearForReoffer(ctx context.Context, tenant, key string) bool {
 
 // SweepAll runs one sweep over every tenant.
 func (e *Engine) SweepAll(ctx context.Context) error {
-	tenants, err := e.store.Tenants(ctx)
+	tenants, err := e.store.allTenants(ctx)
 	if err != nil {
 		return err
 	}
@@ -374,7 +374,7 @@ func (e *Engine) DuplicateSweep(ctx context.Context) error {
 	if lk == nil {
 		return nil
 	}
-	tenants, err := e.store.Tenants(ctx)
+	tenants, err := e.store.allTenants(ctx)
 	if err != nil {
 		return err
 	}

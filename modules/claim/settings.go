@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // Invalid is bad input: its text is meant for the person who typed it, and
@@ -18,76 +19,10 @@ type Invalid string
 
 func (e Invalid) Error() string { return string(e) }
 
-// Tenant is a tenant's claim settings.
-type Tenant struct {
-	ID, Slug, Name   string
-	Cell             string
-	Paused           bool
-	DailyBookingCap  *int
-	ReviewAboveCents *int64
-	// DispatchMode is DispatchRace or DispatchAssign (dispatch.go).
-	DispatchMode string
-}
-
-const tenantCols = `id::text, slug, name, cell, paused, daily_booking_cap, review_above_cents, dispatch_mode`
-
-func scanTenant(r pgx.CollectableRow) (Tenant, error) {
-	var t Tenant
-	err := r.Scan(&t.ID, &t.Slug, &t.Name, &t.Cell, &t.Paused, &t.DailyBookingCap, &t.ReviewAboveCents, &t.DispatchMode)
-	return t, err
-}
-
-// Tenants lists every tenant with its claim settings. The tenants table is
-// installation data, not under row-level security; the sweeps walk it.
-func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY slug`)
-	if err != nil {
-		return nil, fmt.Errorf("claim: tenants: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanTenant)
-	if err != nil {
-		return nil, fmt.Errorf("claim: tenants: %w", err)
-	}
-	return out, nil
-}
-
-// TenantsTx lists every tenant inside tx (the admin pages read it on the
-// audited cross-tenant path).
-func TenantsTx(ctx context.Context, tx pgx.Tx) ([]Tenant, error) {
-	rows, err := tx.Query(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY slug`)
-	if err != nil {
-		return nil, fmt.Errorf("claim: tenants: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanTenant)
-	if err != nil {
-		return nil, fmt.Errorf("claim: tenants: %w", err)
-	}
-	return out, nil
-}
-
-// TenantBySlug finds a tenant by its slug.
-func (s *Store) TenantBySlug(ctx context.Context, slug string) (Tenant, error) {
-	return s.tenantWhere(ctx, "slug", slug)
-}
-
-// TenantByID finds a tenant by its id.
-func (s *Store) TenantByID(ctx context.Context, id string) (Tenant, error) {
-	return s.tenantWhere(ctx, "id::text", id)
-}
-
-func (s *Store) tenantWhere(ctx context.Context, col, v string) (Tenant, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+tenantCols+` FROM tenants WHERE `+col+` = $1`, v)
-	if err != nil {
-		return Tenant{}, fmt.Errorf("claim: tenant: %w", err)
-	}
-	t, err := pgx.CollectExactlyOneRow(rows, scanTenant)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, fmt.Errorf("claim: no tenant %q", v)
-	}
-	if err != nil {
-		return Tenant{}, fmt.Errorf("claim: tenant: %w", err)
-	}
-	return t, nil
+// allTenants reads every tenant (the sweeps and the global pause walk
+// them); a helper because most functions here name a tenant id "tenant".
+func (s *Store) allTenants(ctx context.Context) ([]tenant.Tenant, error) {
+	return tenant.List(ctx, s.pool)
 }
 
 // FleetPaused reports the global pause switch.
@@ -139,7 +74,7 @@ func (s *Store) SetPaused(ctx context.Context, by audit.Entry, tenant string, pa
 		if s.agents == nil {
 			return nil
 		}
-		tenants, err := s.Tenants(ctx)
+		tenants, err := s.allTenants(ctx)
 		if err != nil {
 			return fmt.Errorf("claim: pause: the switch is set, but the agents were not told: %w", err)
 		}

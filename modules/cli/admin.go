@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 var panelRole = []string{"panel"}
@@ -163,15 +164,15 @@ func setPaused(ctx context.Context, c *Call, o *pauseOptions, pause bool) error 
 	return c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
 		st := claim.NewStore(pool, nil)
 		st.SetAgentNotifier(fleet.PauseNotifier{})
-		tenant, scope := "", "the whole fleet"
+		tenantID, scope := "", "the whole fleet"
 		if o.tenant != "" {
-			t, err := tenantBySlug(ctx, pool, o.tenant)
+			t, err := tenant.BySlug(ctx, pool, o.tenant)
 			if err != nil {
 				return err
 			}
-			tenant, scope = t.ID, "tenant "+t.Slug
+			tenantID, scope = t.ID, "tenant "+t.Slug
 		}
-		if err := st.SetPaused(ctx, actor(), tenant, pause); err != nil {
+		if err := st.SetPaused(ctx, actor(), tenantID, pause); err != nil {
 			return err
 		}
 		if pause {
@@ -191,7 +192,7 @@ func setDispatchMode(ctx context.Context, c *Call, o *dispatchOptions) error {
 	if o.tenant == "" || o.mode == "" {
 		return usagef("--tenant and --mode (race or assign) are required")
 	}
-	return withTenant(ctx, c, o.tenant, func(pool *pgxpool.Pool, t claim.Tenant) error {
+	return withTenant(ctx, c, o.tenant, func(pool *pgxpool.Pool, t tenant.Tenant) error {
 		if err := claim.NewStore(pool, nil).SetDispatchMode(ctx, actor(), t.ID, o.mode); err != nil {
 			return err
 		}
@@ -211,7 +212,7 @@ func issueAgentToken(ctx context.Context, c *Call, o *tokenOptions) error {
 	if o.tenant == "" || o.agent == "" {
 		return usagef("--tenant and --agent are required")
 	}
-	return withTenant(ctx, c, o.tenant, func(pool *pgxpool.Pool, t claim.Tenant) error {
+	return withTenant(ctx, c, o.tenant, func(pool *pgxpool.Pool, t tenant.Tenant) error {
 		st := fleet.NewStore(pool, nil)
 		id, err := st.AgentByName(ctx, t.ID, o.agent)
 		if err != nil {

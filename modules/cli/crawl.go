@@ -17,10 +17,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/fleetwright/fleetwright/app/config"
-	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/schedule"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // crawlCommands are the crawl jobs of a tenant (docs/CRAWL.md).
@@ -89,7 +89,7 @@ func withCrawl(ctx context.Context, c *Call, slug string, fn func(svc *crawl.Ser
 	if slug == "" {
 		return usagef("--tenant is required")
 	}
-	err := withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t claim.Tenant) error {
+	err := withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t tenant.Tenant) error {
 		rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 		if err != nil {
 			return fmt.Errorf("crawl: river: %w", err)

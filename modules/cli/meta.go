@@ -20,7 +20,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/audit"
-	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // Meta is the flags every command on the panel's database shares (as
@@ -143,11 +143,6 @@ func actor() audit.Entry {
 	return audit.Entry{Actor: who}
 }
 
-// tenantBySlug is the one tenant look-up of the commands.
-func tenantBySlug(ctx context.Context, pool *pgxpool.Pool, slug string) (claim.Tenant, error) {
-	return claim.NewStore(pool, nil).TenantBySlug(ctx, slug)
-}
-
 // secretLine reads the first line of standard input, a secret (what names
 // it for the error), and tells the logging layer to redact it.
 func secretLine(c *Call, what string) (string, error) {
@@ -166,14 +161,14 @@ func inScope(ctx context.Context, c *Call, slug, global string, fn func(pool *pg
 	if slug == "" {
 		return c.Meta.App(ctx, func(pool *pgxpool.Pool) error { return fn(pool, global) })
 	}
-	return withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t claim.Tenant) error { return fn(pool, t.ID) })
+	return withTenant(ctx, c, slug, func(pool *pgxpool.Pool, t tenant.Tenant) error { return fn(pool, t.ID) })
 }
 
 // withTenant runs fn on the application role's pool with the tenant slug
 // names.
-func withTenant(ctx context.Context, c *Call, slug string, fn func(pool *pgxpool.Pool, t claim.Tenant) error) error {
+func withTenant(ctx context.Context, c *Call, slug string, fn func(pool *pgxpool.Pool, t tenant.Tenant) error) error {
 	return c.Meta.App(ctx, func(pool *pgxpool.Pool) error {
-		t, err := tenantBySlug(ctx, pool, slug)
+		t, err := tenant.BySlug(ctx, pool, slug)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/modules/privacy"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // privacyCommands export or erase a tenant's or a person's data
@@ -71,7 +72,7 @@ func privacyExport(ctx context.Context, c *Call, o *privacyOptions) error {
 			}
 			return err
 		}
-		t, err := tenantBySlug(ctx, app, o.tenant)
+		t, err := tenant.BySlug(ctx, app, o.tenant)
 		if err != nil {
 			return err
 		}
@@ -99,7 +100,7 @@ func privacyErase(ctx context.Context, c *Call, o *privacyOptions) error {
 			fmt.Fprintf(c.Stdout, "erased %s: account disabled and anonymised, sessions and grants deleted; audit entries stay sealed\n", o.email)
 			return nil
 		}
-		t, err := tenantBySlug(ctx, app, o.tenant)
+		t, err := tenant.BySlug(ctx, app, o.tenant)
 		if err != nil {
 			return err
 		}

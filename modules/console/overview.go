@@ -13,9 +13,11 @@ import (
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/claim/latency"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 // RateWindow is the window the claims-per-minute figure is taken over.
@@ -136,7 +138,7 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 		f := TenantFigures{Tenant: t}
 		if src.Claims != nil {
 			st := src.Claims.Store()
-			if ct, err := st.TenantByID(ctx, t.ID); err == nil {
+			if ct, err := tenant.ByID(ctx, st.Pool(), t.ID); err == nil {
 				f.Paused = ct.Paused
 			}
 			if n, _, err := st.DuplicateConfirmations(ctx, t.ID); err != nil {
@@ -219,10 +221,10 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 }
 
 func stageFigures(claims []claim.Claim, now time.Time) []StageFigure {
-	g := claim.Summarize("all", claims)
+	g := latency.Summarize("all", claims)
 	out := make([]StageFigure, 0, len(g.Stages))
 	for _, p := range g.Stages {
-		out = append(out, StageFigure{Stage: p.Stage, Label: claim.StageLabel(p.Stage), N: p.N, P50: p.P50, P99: p.P99,
+		out = append(out, StageFigure{Stage: p.Stage, Label: latency.StageLabel(p.Stage), N: p.N, P50: p.P50, P99: p.P99,
 			Spark: sparkline(p.Stage, claims, now)})
 	}
 	return out
@@ -246,7 +248,7 @@ func sparkline(stage string, claims []claim.Claim, now time.Time) string {
 	peak := time.Duration(0)
 	for i := range ds {
 		sort.Slice(ds[i], func(a, b int) bool { return ds[i][a] < ds[i][b] })
-		p50[i] = claim.Quantile(ds[i], .5)
+		p50[i] = latency.Quantile(ds[i], .5)
 		peak = max(peak, p50[i])
 	}
 	var sb strings.Builder

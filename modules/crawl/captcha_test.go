@@ -32,6 +32,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -46,7 +47,7 @@ type rig struct {
 	svc    *crawl.Service
 	runner *crawl.Runner
 	// a holds the agent's connection; b is a second replica without one.
-	a, b *fleet.Gateway
+	a, b *gateway.Gateway
 }
 
 func newRig(t *testing.T, ctx context.Context, solvers map[string]crawl.SolverFactory) *rig {
@@ -62,11 +63,11 @@ func newRig(t *testing.T, ctx context.Context, solvers map[string]crawl.SolverFa
 	require.NoError(t, d.App.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&inst))
 	lctx, lcancel := context.WithCancel(context.Background())
 	var lwg sync.WaitGroup
-	replica := func(name string) *fleet.Gateway {
+	replica := func(name string) *gateway.Gateway {
 		var id string
 		require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO panel_replicas (id, host, listen, version, pid, started_at, last_seen)
 			VALUES (gen_random_uuid(), $1, '', 'test', 1, now(), now() + interval '1 hour') RETURNING id::text`, name).Scan(&id))
-		g := fleet.NewGateway(fst, nil, fleet.GatewayConfig{ReplicaID: id, InstallationID: inst, PollEvery: time.Hour}, testenv.Logger(t).With("replica", name))
+		g := gateway.New(fst, nil, gateway.Config{ReplicaID: id, InstallationID: inst, PollEvery: time.Hour}, testenv.Logger(t).With("replica", name))
 		lwg.Add(1)
 		go func() { defer lwg.Done(); g.Listen(lctx, d.AppURL) }()
 		return g

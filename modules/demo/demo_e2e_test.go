@@ -29,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/demo"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -401,7 +402,7 @@ func legacyModes(t *testing.T, data string) {
 	require.NoError(t, err)
 	defer app.Close()
 	st := claim.NewStore(app, nil)
-	delta, err := st.TenantBySlug(ctx, "delta")
+	delta, err := tenant.BySlug(ctx, app, "delta")
 	require.NoError(t, err)
 	require.NoError(t, st.SetDispatchMode(ctx, audit.Entry{Actor: "admin@demo.test"}, delta.ID, claim.DispatchRace))
 }

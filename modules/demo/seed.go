@@ -72,13 +72,13 @@ func (s *seeder) cellB(ctx context.Context, redisURL string) error {
 // filter; it returns the tenant's id.
 func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 	st := s.p.Claims.Store()
-	ct, err := st.TenantBySlug(ctx, t.Slug)
+	ct, err := tenant.BySlug(ctx, s.p.DB, t.Slug)
 	if err != nil {
 		created, cerr := tenant.Create(ctx, s.p.DB, t.Slug, t.Name, s.by)
 		if cerr != nil {
 			return "", fmt.Errorf("demo: tenant %s: %w", t.Slug, cerr)
 		}
-		if ct, err = st.TenantBySlug(ctx, created.Slug); err != nil {
+		if ct, err = tenant.BySlug(ctx, s.p.DB, created.Slug); err != nil {
 			return "", fmt.Errorf("demo: %w", err)
 		}
 		s.log.Info("demo: tenant created", "tenant", t.Slug)
@@ -110,7 +110,7 @@ func (s *seeder) tenant(ctx context.Context, t Tenant) (string, error) {
 // dispatch mode (migration 0140) to assign, audited as the demo. Only a
 // tenant whose mode nobody ever chose (no claim.dispatch_mode entry in its
 // chain) is moved: a mode an admin set stands.
-func (s *seeder) assignMode(ctx context.Context, t claim.Tenant) error {
+func (s *seeder) assignMode(ctx context.Context, t tenant.Tenant) error {
 	if t.DispatchMode == claim.DispatchAssign {
 		return nil
 	}

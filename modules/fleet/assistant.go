@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetwright/fleetwright/app/db"
-	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -113,9 +112,9 @@ func spendUSD(m map[limit.Name]int64) float64 {
 	return float64(max(v, 1)) / 1e6
 }
 
-// errSpendElsewhere refuses a spend per day in the assistant limits: it is
+// ErrSpendElsewhere refuses a spend per day in the assistant limits: it is
 // the model_spend_day limit.
-var errSpendElsewhere = Invalid("spend per day is the model_spend_day limit: set it on the Limits page or with `fleetwright limit set model_spend_day`")
+var ErrSpendElsewhere = Invalid("spend per day is the model_spend_day limit: set it on the Limits page or with `fleetwright limit set model_spend_day`")
 
 // SetAssistantLimits sets the tenant's limits for its enrolled assistants,
 // or the installation's when tenant is empty (audited on the system chain),
@@ -124,7 +123,7 @@ var errSpendElsewhere = Invalid("spend per day is the model_spend_day limit: set
 // per day is refused here: it is the model_spend_day limit (limit.Set).
 func (s *Store) SetAssistantLimits(ctx context.Context, tenant string, set wire.AssistantLimitSet, by audit.Entry) error {
 	if set.DayCostUSD != 0 {
-		return errSpendElsewhere
+		return ErrSpendElsewhere
 	}
 	if err := CheckLimitSet(set); err != nil {
 		return err
@@ -221,7 +220,7 @@ func tellAssistants(ctx context.Context, tx pgx.Tx, tenant, reason string, by au
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, NotifyChannel, ids); err != nil {
 		return fmt.Errorf("tell assistants: %w", err)
 	}
 	return nil
@@ -288,86 +287,4 @@ func agentInTenantTx(ctx context.Context, tx pgx.Tx, tenant, agentID string) (bo
 	var ok bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE id::text = $1 AND tenant_id = $2)`, agentID, tenant).Scan(&ok)
 	return ok, err
-}
-
-// limitStopped reports whether an assistant's task ended at a limit (the
-// assistant's stop reasons start so: "limit reached: spend today …").
-func limitStopped(t wire.AssistantTask) bool {
-	return t.Status == "stopped" && strings.HasPrefix(t.StopReason, "limit reached")
-}
-
-// assistantAlarms raises an alarm for each task of the report that a limit
-// stopped, once per task and connection (a raise of an open alarm only
-// refreshes it), and resolves the alarm of a task that no longer is (the
-// person resumed it). A task first seen on this connection and not stopped
-// has its alarm looked up once: it may have resumed while disconnected.
-func (c *conn) assistantAlarms(ctx context.Context, rep wire.AssistantReport) {
-	c.mu.Lock()
-	if c.limitAlarms == nil {
-		c.limitAlarms = map[int64]bool{}
-	}
-	var raise []wire.AssistantTask
-	var resolve, lookup []int64
-	for _, t := range rep.Tasks {
-		alarmed, known := c.limitAlarms[t.ID]
-		switch stopped := limitStopped(t); {
-		case stopped && !alarmed:
-			raise = append(raise, t)
-		case !stopped && alarmed:
-			resolve = append(resolve, t.ID)
-		case !stopped && !known:
-			lookup = append(lookup, t.ID)
-		}
-	}
-	c.mu.Unlock()
-	if len(raise) == 0 && len(resolve) == 0 && len(lookup) == 0 {
-		return
-	}
-	a := c.agent
-	pool := c.g.store.pool
-	key := func(id int64) string { return fmt.Sprintf("%s/%d", a.ID, id) }
-	mark := func(id int64, alarmed bool) {
-		c.mu.Lock()
-		c.limitAlarms[id] = alarmed
-		c.mu.Unlock()
-	}
-	warn := func(what string, id int64, err error) {
-		if ctx.Err() == nil {
-			c.g.log.Warn(what, "agent", a.ID, "task", id, "err", err)
-		}
-	}
-	for _, id := range lookup {
-		open, err := alarm.IsOpen(ctx, pool, a.Tenant, AlarmAssistantLimit, key(id))
-		if err != nil {
-			warn("look up assistant limit alarm", id, err)
-			continue
-		}
-		if !open {
-			mark(id, false)
-			continue
-		}
-		resolve = append(resolve, id)
-	}
-	if len(raise) > 0 {
-		var slug string
-		_ = db.TenantRow(ctx, pool, a.Tenant, `SELECT slug FROM tenants WHERE id = $1`, a.Tenant).Scan(&slug)
-		for _, t := range raise {
-			_, err := alarm.Raise(ctx, pool, alarm.Alarm{Kind: AlarmAssistantLimit, Key: key(t.ID), Tenant: a.Tenant,
-				Severity: alarm.Warning, Summary: fmt.Sprintf("assistant %s: task %d stopped: %s", a.Name, t.ID, t.StopReason),
-				Detail: fmt.Sprintf("task %q: %d steps, %d tokens, $%.4f; its person may resume it on their machine", t.Goal, t.Steps, t.Tokens, t.CostUSD),
-				Link:   "/t/" + slug + "/fleet"})
-			if err != nil {
-				warn("raise assistant limit alarm", t.ID, err)
-				continue
-			}
-			mark(t.ID, true)
-		}
-	}
-	for _, id := range resolve {
-		if _, err := alarm.Resolve(ctx, pool, a.Tenant, AlarmAssistantLimit, key(id), "assistant "+a.Name); err != nil {
-			warn("resolve assistant limit alarm", id, err)
-			continue
-		}
-		mark(id, false)
-	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
-// notifyChannel carries command wake-ups between panel replicas. The payload
+// NotifyChannel carries command wake-ups between panel replicas. The payload
 // is the agent id; the persisted command row is the truth.
-const notifyChannel = "fleet_agent_commands"
+const NotifyChannel = "fleet_agent_commands"
 
 // Command kinds an operator can send.
 const (
@@ -93,7 +93,7 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, tenant, agentID, kind string, bod
 			return err
 		}
 	}
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, agentID)
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, agentID)
 	return err
 }
 
@@ -165,8 +165,8 @@ func (s *Store) Ack(ctx context.Context, tenant, agentID string, r wire.CommandR
 	return n == 1, nil
 }
 
-// message turns a persisted command into the protocol message.
-func (s *Store) message(ctx context.Context, a Agent, c Command) (wire.Message, error) {
+// Message turns a persisted command into the protocol message.
+func (s *Store) Message(ctx context.Context, a Agent, c Command) (wire.Message, error) {
 	switch c.Kind {
 	case CmdPause:
 		return wire.Pause{CommandID: c.ID, Reason: c.Body.Reason}, nil
@@ -239,7 +239,7 @@ func (PauseNotifier) PauseChanged(ctx context.Context, tx pgx.Tx, tenant string,
 	if err := audit.Append(ctx, tx, by); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, NotifyChannel, ids); err != nil {
 		return fmt.Errorf("fleet: tell agents: %w", err)
 	}
 	return nil

@@ -36,7 +36,7 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 			                                AND r.last_seen > now() - make_interval(secs => $1)),
 			       ag.state, ac.workers
 			FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
-			WHERE ag.retired_at IS NULL`, liveWindow.Seconds())
+			WHERE ag.retired_at IS NULL`, LiveWindow.Seconds())
 		if err != nil {
 			return err
 		}

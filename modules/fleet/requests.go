@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -72,37 +71,8 @@ func tellAgentsOfLimit(ctx context.Context, tx pgx.Tx, tenant string, by audit.E
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, notifyChannel, ids); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id`, NotifyChannel, ids); err != nil {
 		return fmt.Errorf("fleet: tell agents: %w", err)
 	}
 	return nil
-}
-
-// requestLimitEvent turns an agent's request budget events into the
-// tenant's limit.reached alarm (one per agent, keyed by it) and resolves it
-// when the agent resumes.
-func (c *conn) requestLimitEvent(ctx context.Context, e wire.Event) {
-	g, a := c.g, c.agent
-	key := string(limit.AccountRequestsPerHour) + ":" + a.ID
-	switch e.Kind {
-	case wire.EventRequestLimitReached:
-		v, _ := strconv.ParseInt(e.Fields["value"], 10, 64)
-		from := e.Fields["from"]
-		if from == "" {
-			from = "tenant"
-		}
-		eff := limit.Effective{Name: limit.AccountRequestsPerHour, Value: v, From: from, Set: true}
-		var slug string
-		_ = g.store.pool.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, a.Tenant).Scan(&slug)
-		what := "account of agent " + a.Name
-		if at := e.Fields["frees_at"]; at != "" {
-			what += " (until " + at + ")"
-		}
-		limit.ReachedKey(ctx, g.store.pool, g.log, a.Tenant, eff, key, what, "/t/"+slug+"/fleet")
-	case wire.EventRequestLimitResumed:
-		if err := limit.ClearKey(ctx, g.store.pool, a.Tenant, key); err != nil {
-			g.log.Warn("fleet: resolve a request limit alarm", "agent", a.ID, "err", err)
-		}
-		g.log.Info("agent resumed under its request limit", "agent", a.ID, "tenant", a.Tenant)
-	}
 }

@@ -1,6 +1,8 @@
 // Package fleet is the panel's side of the agents: platform accounts, agents
 // and their tokens, the commands sent to them (persisted until acknowledged),
-// the WebSocket gateway they dial, and the live fleet view.
+// the assistants' limits and tasks, and the live fleet view read from the
+// database. The WebSocket gateway the agents dial is fleet/gateway; the
+// console's fleet page is fleet/web.
 package fleet
 
 import (
@@ -45,6 +47,14 @@ type Store struct {
 
 // NewStore returns a store.
 func NewStore(pool *pgxpool.Pool, v *vault.Vault) *Store { return &Store{pool: pool, vault: v} }
+
+// Pool is the application role's pool the store reads and writes through
+// (the gateway's relay and alarms share it).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Vault seals and opens what the fleet keeps secret; nil when the panel runs
+// without a data key.
+func (s *Store) Vault() *vault.Vault { return s.vault }
 
 // AccountInput is what an operator enters for a platform account.
 type AccountInput struct {

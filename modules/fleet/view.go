@@ -15,10 +15,10 @@ import (
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
-// liveWindow is how fresh a replica's heartbeat must be for its agents to
+// LiveWindow is how fresh a replica's heartbeat must be for its agents to
 // count as connected: a replica that died without cleaning up leaves rows
 // saying "connected" that this window sees through.
-const liveWindow = 30 * time.Second
+const LiveWindow = 30 * time.Second
 
 // AgentView is one row of the fleet page.
 type AgentView struct {
@@ -96,7 +96,7 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 			                                AND r.last_seen > now() - make_interval(secs => $1)),
 			       ag.paused, ag.retired_at IS NOT NULL, ag.last_seen, ag.clock_offset_ms, ag.clock_error_ms, ag.state, ag.assistant_report
 			FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
-			ORDER BY ag.retired_at IS NOT NULL, ac.account_key, ag.name`, liveWindow.Seconds())
+			ORDER BY ag.retired_at IS NOT NULL, ac.account_key, ag.name`, LiveWindow.Seconds())
 		if err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ const (
 	// skewTolerance bounds a corrected timestamp's distance from the
 	// board's own record of the same moment.
 	skewTolerance = 2 * time.Second
-	// panelPingEvery is the replicas' ping interval (fleet.GatewayConfig's
+	// panelPingEvery is the replicas' ping interval (gateway.Config's
 	// default); each side drops a connection silent for two of them.
 	panelPingEvery = 15 * time.Second
 	// reconnectWithin bounds the agent's reconnect once traffic resumes.

@@ -14,15 +14,16 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/browser"
 	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 )
 
 // TestBrowserSignInEnrolSignOutAndReplay drives real headless Chromium
 // through the whole first-day flow of an admin.
 func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	const email, password = "first.admin@fleet.test", "Quiet-Harbour-Lantern-42"
-	c.user(t, email, auth.Admin, password)
-	c.tenant(t, "acme")
+	c.User(t, email, auth.Admin, password)
+	c.Tenant(t, "acme")
 
 	// One deadline for the whole flow, generous for a loaded machine; each
 	// step has its own below, so a slow step elsewhere does not eat its time.
@@ -62,13 +63,13 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	}
 	signIn := func() {
 		step()
-		require.NoError(t, p.Navigate(c.srv.URL+"/"))
+		require.NoError(t, p.Navigate(c.Server.URL+"/"))
 		p.MustWaitLoad()
-		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"), p.MustInfo().URL)
+		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.Server.URL+"/signin"), p.MustInfo().URL)
 		p.MustElement(`[data-testid="email"]`).MustInput(email)
 		p.MustElement(`[data-testid="password"]`).MustInput(password)
 		submit(`[data-testid="signin-submit"]`)
-		require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
+		require.Equal(t, c.Server.URL+auth.MFAPath, p.MustInfo().URL)
 	}
 	enterCode := func(code string) {
 		step()
@@ -78,11 +79,11 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	signOut := func() {
 		step()
 		submit(`[data-testid="who"] button`)
-		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.srv.URL+"/signin"))
+		require.True(t, strings.HasPrefix(p.MustInfo().URL, c.Server.URL+"/signin"))
 	}
 
 	// The sign-in page, then enrolment: QR code and the key on the page.
-	require.NoError(t, p.Navigate(c.srv.URL+"/signin"))
+	require.NoError(t, p.Navigate(c.Server.URL+"/signin"))
 	p.MustWaitLoad()
 	shot("signin")
 	signIn()
@@ -109,7 +110,7 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 
 	// The audit page shows what just happened.
 	step()
-	require.NoError(t, p.Navigate(c.srv.URL+"/audit"))
+	require.NoError(t, p.Navigate(c.Server.URL+"/audit"))
 	p.MustWaitLoad()
 	require.Equal(t, "Audit log", title())
 	actions := map[string]int{}
@@ -122,11 +123,11 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	require.Equal(t, 2, actions["signin.succeeded"])
 	shot("audit")
 	step()
-	require.NoError(t, p.Navigate(c.srv.URL+"/admin/users"))
+	require.NoError(t, p.Navigate(c.Server.URL+"/admin/users"))
 	p.MustWaitLoad()
 	require.True(t, p.MustHas(`[data-testid="user-`+email+`"]`))
 	shot("users")
-	require.NoError(t, p.Navigate(c.srv.URL+"/account"))
+	require.NoError(t, p.Navigate(c.Server.URL+"/account"))
 	p.MustWaitLoad()
 	shot("account")
 
@@ -134,12 +135,12 @@ func TestBrowserSignInEnrolSignOutAndReplay(t *testing.T) {
 	signOut()
 	signIn()
 	enterCode(next)
-	require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
+	require.Equal(t, c.Server.URL+auth.MFAPath, p.MustInfo().URL)
 	require.Contains(t, p.MustElement(`[data-testid="mfa-error"]`).MustText(), "already used")
 	shot("replay")
 	// And the refused page still reaches nothing else.
 	step()
-	require.NoError(t, p.Navigate(c.srv.URL+"/audit"))
+	require.NoError(t, p.Navigate(c.Server.URL+"/audit"))
 	p.MustWaitLoad()
-	require.Equal(t, c.srv.URL+auth.MFAPath, p.MustInfo().URL)
+	require.Equal(t, c.Server.URL+auth.MFAPath, p.MustInfo().URL)
 }

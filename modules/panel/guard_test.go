@@ -12,6 +12,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/panel"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 )
 
 func startIn(t *testing.T, d *testenv.Database, appURL string) error {
@@ -74,15 +75,15 @@ func TestEveryTenantTableHasForcedRowSecurity(t *testing.T) {
 // tenant A set, directly, through a JOIN and through a view.
 func TestTenantsSeeOnlyTheirOwnRows(t *testing.T) {
 	ctx := context.Background()
-	c := newConsole(t)
-	a, b := c.tenant(t, "alpha"), c.tenant(t, "bravo")
-	ua := c.user(t, "a@fleet.test", "operator", "Quiet-Harbour-Lantern-42")
-	ub := c.user(t, "b@fleet.test", "operator", "Quiet-Harbour-Lantern-43")
-	c.grant(t, ua, a)
-	c.grant(t, ub, b)
+	c := paneltest.New(t)
+	a, b := c.Tenant(t, "alpha"), c.Tenant(t, "bravo")
+	ua := c.User(t, "a@fleet.test", "operator", "Quiet-Harbour-Lantern-42")
+	ub := c.User(t, "b@fleet.test", "operator", "Quiet-Harbour-Lantern-43")
+	c.Grant(t, ua, a)
+	c.Grant(t, ub, b)
 	q := func(tenant, sql string) []string {
 		var out []string
-		err := db.InTenant(ctx, c.d.App, tenant, func(tx pgx.Tx) error {
+		err := db.InTenant(ctx, c.DB.App, tenant, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, sql)
 			if err != nil {
 				return err
@@ -100,10 +101,10 @@ func TestTenantsSeeOnlyTheirOwnRows(t *testing.T) {
 	require.Empty(t, q(a.ID, `SELECT email FROM tenant_members WHERE tenant_id = '`+b.ID+`'`), "asking for B by id finds nothing")
 	// Without a tenant, tenant tables are empty.
 	var n int
-	require.NoError(t, c.d.App.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenant_grants) + (SELECT count(*) FROM tenant_members) + (SELECT count(*) FROM audit_log)`).Scan(&n))
+	require.NoError(t, c.DB.App.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenant_grants) + (SELECT count(*) FROM tenant_members) + (SELECT count(*) FROM audit_log)`).Scan(&n))
 	require.Zero(t, n)
 	// Writing into another tenant is refused too.
-	err := db.InTenant(ctx, c.d.App, a.ID, func(tx pgx.Tx) error {
+	err := db.InTenant(ctx, c.DB.App, a.ID, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO tenant_grants (tenant_id, user_id) VALUES ($1, $2)`, b.ID, ua.ID)
 		return err
 	})

@@ -18,15 +18,17 @@ import (
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	claimweb "github.com/fleetwright/fleetwright/modules/claim/web"
 	"github.com/fleetwright/fleetwright/modules/console"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	crawlweb "github.com/fleetwright/fleetwright/modules/crawl/web"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	fleetweb "github.com/fleetwright/fleetwright/modules/fleet/web"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
-	"github.com/fleetwright/fleetwright/modules/tenant"
+	tenantweb "github.com/fleetwright/fleetwright/modules/tenant/web"
 	"github.com/fleetwright/fleetwright/static"
 )
 
@@ -116,12 +118,12 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		}
 		acct.Mount(r)
 		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
-		tenant.Mount(r, tenant.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		tenantweb.Mount(r, tenantweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
-			fleet.Mount(r, fleet.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
+			fleetweb.Mount(r, fleetweb.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
 		}
 		if d.Claims != nil {
-			claim.Mount(r, claim.WebDeps{Engine: d.Claims, Shell: shell, Log: d.Log})
+			claimweb.Mount(r, claimweb.Deps{Engine: d.Claims, Shell: shell, Log: d.Log})
 		}
 		if d.Crawl != nil {
 			crawlweb.Mount(r, crawlweb.Deps{Service: d.Crawl, Shell: shell, Log: d.Log})

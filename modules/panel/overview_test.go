@@ -21,18 +21,13 @@ import (
 	"github.com/fleetwright/fleetwright/modules/claim"
 	fwconsole "github.com/fleetwright/fleetwright/modules/console"
 	"github.com/fleetwright/fleetwright/modules/notify"
+	"github.com/fleetwright/fleetwright/modules/panel/paneltest"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // testid returns the text inside the element with the data-testid.
-func testid(t *testing.T, body, id string) string {
-	t.Helper()
-	m := regexp.MustCompile(`data-testid="` + regexp.QuoteMeta(id) + `"[^>]*>([^<]*)<`).FindStringSubmatch(body)
-	require.NotNil(t, m, "no element %q in the page", id)
-	return strings.TrimSpace(m[1])
-}
 
 var hrefRe = regexp.MustCompile(`href="([^"]+)"`)
 
@@ -50,23 +45,23 @@ func figuresLinks(t *testing.T, body string) []string {
 
 // claimedBy runs one claim of key to a confirmed outcome, held by a real
 // agent of the tenant.
-func (c *console) claimedBy(t *testing.T, tn tenant.Tenant, agentID, key, worker string) {
+func claimedBy(t *testing.T, c *paneltest.Console, tn tenant.Tenant, agentID, key, worker string) {
 	t.Helper()
 	ctx := context.Background()
-	fs, err := c.claims.Store().Filters(ctx, tn.ID)
+	fs, err := c.Claims.Store().Filters(ctx, tn.ID)
 	require.NoError(t, err)
 	if len(fs) == 0 {
-		_, err := c.claims.PutFilter(ctx, testBy, tn.ID, claim.Filter{Name: "everything", Enabled: true})
+		_, err := c.Claims.PutFilter(ctx, paneltest.By, tn.ID, claim.Filter{Name: "everything", Enabled: true})
 		require.NoError(t, err)
 	}
-	c.job(t, tn, key, 235000)
+	c.Job(t, tn, key, 235000)
 	h := claim.Holder{Agent: agentID, Worker: worker}
-	lr := c.claims.Lease(ctx, tn.ID, h, wire.LeaseRequest{RequestID: "l-" + key, Worker: worker, Key: key})
+	lr := c.Claims.Lease(ctx, tn.ID, h, wire.LeaseRequest{RequestID: "l-" + key, Worker: worker, Key: key})
 	require.True(t, lr.Granted, lr.Reason)
-	require.True(t, c.claims.Act(ctx, tn.ID, h, wire.ActRequest{RequestID: "a-" + key, Worker: worker, Key: key, Token: lr.Token}).OK)
+	require.True(t, c.Claims.Act(ctx, tn.ID, h, wire.ActRequest{RequestID: "a-" + key, Worker: worker, Key: key, Token: lr.Token}).OK)
 	sent := time.Now()
 	ok := sent.Add(140 * time.Millisecond)
-	require.True(t, c.claims.Outcome(ctx, tn.ID, h, wire.Outcome{RequestID: "o-" + key, Worker: worker, Key: key, Token: lr.Token,
+	require.True(t, c.Claims.Outcome(ctx, tn.ID, h, wire.Outcome{RequestID: "o-" + key, Worker: worker, Key: key, Token: lr.Token,
 		Result: wire.ResultConfirmed, SentAt: &sent, ConfirmedAt: &ok}, claim.Offset{}).OK)
 }
 
@@ -76,49 +71,49 @@ func (c *console) claimedBy(t *testing.T, tn tenant.Tenant, agentID, key, worker
 // overview shows its own figures and readable activity; alarms are listed
 // and resolved by hand, audited.
 func TestOverviewIsTheOneWindow(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	ctx := context.Background()
-	acme, beta := c.tenant(t, "acme"), c.tenant(t, "beta")
+	acme, beta := c.Tenant(t, "acme"), c.Tenant(t, "beta")
 	const pw = "correct horse battery"
-	c.user(t, "admin@fleet.test", auth.Admin, pw)
-	op := c.user(t, "op@fleet.test", auth.Operator, pw)
-	c.grant(t, op, beta)
-	admin, oper := browserless(), browserless()
-	c.enrolled(t, admin, "admin@fleet.test", pw)
-	c.enrolled(t, oper, "op@fleet.test", pw)
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	op := c.User(t, "op@fleet.test", auth.Operator, pw)
+	c.Grant(t, op, beta)
+	admin, oper := paneltest.Browserless(), paneltest.Browserless()
+	c.Enrolled(t, admin, "admin@fleet.test", pw)
+	c.Enrolled(t, oper, "op@fleet.test", pw)
 
-	agentID := c.agent(t, acme)
-	c.claimedBy(t, acme, agentID, "job-1", "actor-1")
-	_, err := alarm.Raise(ctx, c.d.App, alarm.Alarm{Kind: "worker.hung", Key: agentID + "/actor-1", Tenant: acme.ID,
+	agentID := c.Agent(t, acme)
+	claimedBy(t, c, acme, agentID, "job-1", "actor-1")
+	_, err := alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "worker.hung", Key: agentID + "/actor-1", Tenant: acme.ID,
 		Severity: alarm.Critical, Summary: "actor-1 on agent-acme completed nothing for 5m", Link: "/t/acme/fleet"})
 	require.NoError(t, err)
-	_, err = alarm.Raise(ctx, c.d.App, alarm.Alarm{Kind: "cell.failing", Key: "eu", Severity: alarm.Critical,
+	_, err = alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "cell.failing", Key: "eu", Severity: alarm.Critical,
 		Summary: "cell eu: its Redis refuses connections", Link: "/admin/cells"})
 	require.NoError(t, err)
 
 	// The panel's own audit verification, run by its schedule.
-	require.NoError(t, c.sched.Register(schedule.Kind{Name: "audit.verify", Handle: func(context.Context, schedule.Run) error { return nil }}))
-	_, err = c.sched.Ensure(ctx, schedule.System, schedule.Spec{Name: fwconsole.AuditVerifySchedule, Kind: "audit.verify",
+	require.NoError(t, c.Schedules.Register(schedule.Kind{Name: "audit.verify", Handle: func(context.Context, schedule.Run) error { return nil }}))
+	_, err = c.Schedules.Ensure(ctx, schedule.System, schedule.Spec{Name: fwconsole.AuditVerifySchedule, Kind: "audit.verify",
 		Cron: "*/10 * * * *", TimeZone: "UTC", CatchUp: schedule.One, Enabled: true})
 	require.NoError(t, err)
-	res, body := do(t, admin, "GET", c.srv.URL+"/", nil)
+	res, body := paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "not verified yet", testid(t, body, "audit-state"))
-	c.clk.Advance(11 * time.Minute)
-	require.NoError(t, c.sched.Tick(ctx))
-	sc, err := c.sched.Get(ctx, schedule.System, fwconsole.AuditVerifySchedule)
+	require.Equal(t, "not verified yet", paneltest.TestIDText(t, body, "audit-state"))
+	c.Clock.Advance(11 * time.Minute)
+	require.NoError(t, c.Schedules.Tick(ctx))
+	sc, err := c.Schedules.Get(ctx, schedule.System, fwconsole.AuditVerifySchedule)
 	require.NoError(t, err)
-	require.NoError(t, c.sched.RunPending(ctx, schedule.System, sc.ID))
+	require.NoError(t, c.Schedules.RunPending(ctx, schedule.System, sc.ID))
 
-	res, body = do(t, admin, "GET", c.srv.URL+"/", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "0", testid(t, body, "duplicates"))
-	require.Equal(t, "1 confirmed", testid(t, body, "confirmed"))
-	require.Equal(t, "0 unknown", testid(t, body, "unknown"))
-	require.Equal(t, "2", testid(t, body, "alarms-open"))
+	require.Equal(t, "0", paneltest.TestIDText(t, body, "duplicates"))
+	require.Equal(t, "1 confirmed", paneltest.TestIDText(t, body, "confirmed"))
+	require.Equal(t, "0 unknown", paneltest.TestIDText(t, body, "unknown"))
+	require.Equal(t, "2", paneltest.TestIDText(t, body, "alarms-open"))
 	require.Contains(t, body, `data-testid="alarms-worker.hung"`)
 	require.Contains(t, body, `data-testid="alarms-cell.failing"`)
-	require.Equal(t, "audit clean", testid(t, body, "audit-state"))
+	require.Equal(t, "audit clean", paneltest.TestIDText(t, body, "audit-state"))
 	require.Contains(t, body, `data-testid="stage-act_sent_confirmed"`)
 	require.Contains(t, body, `data-testid="fig-cells"`)
 	require.Contains(t, body, `data-testid="tenant-acme"`)
@@ -135,71 +130,71 @@ func TestOverviewIsTheOneWindow(t *testing.T) {
 		u, err := url.Parse(l)
 		require.NoError(t, err)
 		u.Fragment = ""
-		res, _ := do(t, admin, "GET", c.srv.URL+u.String(), nil)
+		res, _ := paneltest.Do(t, admin, "GET", c.Server.URL+u.String(), nil)
 		require.Equal(t, http.StatusOK, res.StatusCode, "figure link %s", l)
 	}
 	// The live fragment is the same block.
-	res, frag := do(t, admin, "GET", c.srv.URL+"/overview/figures", nil)
+	res, frag := paneltest.Do(t, admin, "GET", c.Server.URL+"/overview/figures", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "1 confirmed", testid(t, frag, "confirmed"))
+	require.Equal(t, "1 confirmed", paneltest.TestIDText(t, frag, "confirmed"))
 	require.NotContains(t, frag, "<html")
 
 	// An operator sees their tenants only, and no system figure.
-	res, body = do(t, oper, "GET", c.srv.URL+"/", nil)
+	res, body = paneltest.Do(t, oper, "GET", c.Server.URL+"/", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="tenant-beta"`)
 	require.NotContains(t, body, `data-testid="tenant-acme"`)
 	require.NotContains(t, body, `data-testid="fig-cells"`)
-	require.Equal(t, "0", testid(t, body, "alarms-open"))
-	require.Equal(t, "0 confirmed", testid(t, body, "confirmed"))
+	require.Equal(t, "0", paneltest.TestIDText(t, body, "alarms-open"))
+	require.Equal(t, "0 confirmed", paneltest.TestIDText(t, body, "confirmed"))
 
 	// A tenant's overview: its own figures, and activity with names and actions.
-	res, body = do(t, admin, "GET", c.srv.URL+"/t/acme", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/t/acme", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `hx-get="/t/acme/overview/figures"`)
 	require.Contains(t, body, `data-testid="activity-who">agent-acme / actor-1<`)
 	require.NotContains(t, body, "agent:"+agentID)
 	require.Contains(t, body, `data-testid="activity-action">claim.`)
-	res, frag = do(t, admin, "GET", c.srv.URL+"/t/acme/overview/figures", nil)
+	res, frag = paneltest.Do(t, admin, "GET", c.Server.URL+"/t/acme/overview/figures", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "1 confirmed", testid(t, frag, "confirmed"))
-	require.Equal(t, "1", testid(t, frag, "alarms-open"))
+	require.Equal(t, "1 confirmed", paneltest.TestIDText(t, frag, "confirmed"))
+	require.Equal(t, "1", paneltest.TestIDText(t, frag, "alarms-open"))
 	require.NotContains(t, frag, `data-testid="per-tenant"`)
 	for _, l := range figuresLinks(t, frag) {
 		u, _ := url.Parse(l)
 		u.Fragment = ""
-		res, _ := do(t, admin, "GET", c.srv.URL+u.String(), nil)
+		res, _ := paneltest.Do(t, admin, "GET", c.Server.URL+u.String(), nil)
 		require.Equal(t, http.StatusOK, res.StatusCode, "tenant figure link %s", l)
 	}
-	res, _ = do(t, oper, "GET", c.srv.URL+"/t/acme/overview/figures", nil)
+	res, _ = paneltest.Do(t, oper, "GET", c.Server.URL+"/t/acme/overview/figures", nil)
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 
 	// The alarms page lists both for the admin; the operator sees neither.
-	res, body = do(t, admin, "GET", c.srv.URL+"/alarms", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/alarms", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, "actor-1 on agent-acme completed nothing for 5m")
 	require.Contains(t, body, "cell eu: its Redis refuses connections")
-	res, body = do(t, oper, "GET", c.srv.URL+"/alarms", nil)
+	res, body = paneltest.Do(t, oper, "GET", c.Server.URL+"/alarms", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.NotContains(t, body, "agent-acme")
 	require.Contains(t, body, `data-testid="no-alarms"`)
 
-	list, err := alarm.ListTenant(ctx, c.d.App, acme.ID, true, 0)
+	list, err := alarm.ListTenant(ctx, c.DB.App, acme.ID, true, 0)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	res, _ = do(t, oper, "POST", c.srv.URL+"/t/acme/alarms/"+itoa(list[0].ID)+"/resolve", url.Values{})
+	res, _ = paneltest.Do(t, oper, "POST", c.Server.URL+"/t/acme/alarms/"+itoa(list[0].ID)+"/resolve", url.Values{})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
-	res, _ = do(t, admin, "POST", c.srv.URL+"/t/acme/alarms/"+itoa(list[0].ID)+"/resolve", url.Values{})
+	res, _ = paneltest.Do(t, admin, "POST", c.Server.URL+"/t/acme/alarms/"+itoa(list[0].ID)+"/resolve", url.Values{})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	open, err := alarm.IsOpen(ctx, c.d.App, acme.ID, "worker.hung", agentID+"/actor-1")
+	open, err := alarm.IsOpen(ctx, c.DB.App, acme.ID, "worker.hung", agentID+"/actor-1")
 	require.NoError(t, err)
 	require.False(t, open)
-	rows := c.audited(t, acme.ID, "alarm.resolve")
+	rows := c.Audited(t, acme.ID, "alarm.resolve")
 	require.Len(t, rows, 1)
 	require.Equal(t, "admin@fleet.test", rows[0].Actor)
-	res, body = do(t, admin, "GET", c.srv.URL+"/", nil)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "1", testid(t, body, "alarms-open"))
+	require.Equal(t, "1", paneltest.TestIDText(t, body, "alarms-open"))
 	_ = beta
 }
 
@@ -209,11 +204,11 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // once, audited) and sends a test alarm that reaches it, signed; the
 // secret is never shown again.
 func TestNotificationChannelsPage(t *testing.T) {
-	c := newConsole(t)
+	c := paneltest.New(t)
 	const pw = "correct horse battery"
-	c.user(t, "admin@fleet.test", auth.Admin, pw)
-	admin := browserless()
-	c.enrolled(t, admin, "admin@fleet.test", pw)
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	admin := paneltest.Browserless()
+	c.Enrolled(t, admin, "admin@fleet.test", pw)
 	var got []string
 	var sigs []string
 	var bodies [][]byte
@@ -224,54 +219,54 @@ func TestNotificationChannelsPage(t *testing.T) {
 		got, sigs, bodies = append(got, m.Event+" "+m.Alarm.Kind), append(sigs, r.Header.Get("X-Fleetwright-Signature")), append(bodies, b)
 	}))
 	defer rcv.Close()
-	res, body := do(t, admin, "POST", c.srv.URL+"/admin/notify", url.Values{"name": {"Bad Name"}, "kind": {"webhook"}, "target": {rcv.URL}})
+	res, body := paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/notify", url.Values{"name": {"Bad Name"}, "kind": {"webhook"}, "target": {rcv.URL}})
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, body, `data-testid="channel-error"`)
-	res, body = do(t, admin, "POST", c.srv.URL+"/admin/notify", url.Values{"name": {"ops-hook"}, "kind": {"webhook"},
+	res, body = paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/notify", url.Values{"name": {"ops-hook"}, "kind": {"webhook"},
 		"target": {rcv.URL + "/hook"}, "min_severity": {"warning"}})
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	secret := regexp.MustCompile(`whsec_[0-9a-f]{64}`).FindString(body)
 	require.NotEmpty(t, secret)
-	require.Len(t, c.audited(t, audit.System, "notify.channel.create"), 1)
-	res, body = do(t, admin, "GET", c.srv.URL+"/admin/notify", nil)
+	require.Len(t, c.Audited(t, audit.System, "notify.channel.create"), 1)
+	res, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/admin/notify", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="channel-ops-hook"`)
 	require.NotContains(t, body, secret, "the secret is shown once")
-	res, _ = do(t, admin, "POST", c.srv.URL+"/admin/notify/test", url.Values{})
+	res, _ = paneltest.Do(t, admin, "POST", c.Server.URL+"/admin/notify/test", url.Values{})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, []string{"raised notify.test", "resolved notify.test"}, got)
 	require.NoError(t, notify.Verify(secret, sigs[0], bodies[0], time.Now(), time.Minute))
-	require.NotContains(t, c.logs.String(), secret)
+	require.NotContains(t, c.Logs.String(), secret)
 }
 
 // TestSchedulesPageShowsNextRunsBeforeEnabling: a schedule is created
 // disabled with its next five runs shown, enabled by its tenant's
 // operator, each change audited; the preview answers as the form is typed.
 func TestSchedulesPageShowsNextRunsBeforeEnabling(t *testing.T) {
-	c := newConsole(t)
-	acme := c.tenant(t, "acme")
+	c := paneltest.New(t)
+	acme := c.Tenant(t, "acme")
 	const pw = "correct horse battery"
-	op := c.user(t, "op@fleet.test", auth.Operator, pw)
-	c.grant(t, op, acme)
-	cl := browserless()
-	c.enrolled(t, cl, "op@fleet.test", pw)
-	require.NoError(t, c.sched.Register(schedule.Kind{Name: "crawl.run", Handle: func(context.Context, schedule.Run) error { return nil }}))
+	op := c.User(t, "op@fleet.test", auth.Operator, pw)
+	c.Grant(t, op, acme)
+	cl := paneltest.Browserless()
+	c.Enrolled(t, cl, "op@fleet.test", pw)
+	require.NoError(t, c.Schedules.Register(schedule.Kind{Name: "crawl.run", Handle: func(context.Context, schedule.Run) error { return nil }}))
 
-	res, body := do(t, cl, "GET", c.srv.URL+"/schedules/preview?cron="+url.QueryEscape("0 6 * * mon-fri")+"&time_zone=Europe/Berlin", nil)
+	res, body := paneltest.Do(t, cl, "GET", c.Server.URL+"/schedules/preview?cron="+url.QueryEscape("0 6 * * mon-fri")+"&time_zone=Europe/Berlin", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, 5, strings.Count(body, "<li>"))
 	require.Contains(t, body, "06:00 CE")
-	_, body = do(t, cl, "GET", c.srv.URL+"/schedules/preview?cron=61+*+*+*+*&time_zone=UTC", nil)
+	_, body = paneltest.Do(t, cl, "GET", c.Server.URL+"/schedules/preview?cron=61+*+*+*+*&time_zone=UTC", nil)
 	require.Contains(t, body, `data-testid="preview-error"`)
 
-	res, body = do(t, cl, "POST", c.srv.URL+"/t/acme/schedules", url.Values{"name": {"prices"}, "kind": {"crawl.run"},
+	res, body = paneltest.Do(t, cl, "POST", c.Server.URL+"/t/acme/schedules", url.Values{"name": {"prices"}, "kind": {"crawl.run"},
 		"cron": {"0 6 * * mon-fri"}, "time_zone": {"Mars/Base"}, "catch_up": {"one"}})
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
 	require.Contains(t, body, "unknown time zone")
-	res, _ = do(t, cl, "POST", c.srv.URL+"/t/acme/schedules", url.Values{"name": {"prices"}, "kind": {"crawl.run"},
+	res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+"/t/acme/schedules", url.Values{"name": {"prices"}, "kind": {"crawl.run"},
 		"cron": {"0 6 * * mon-fri"}, "time_zone": {"Europe/Berlin"}, "catch_up": {"all"}, "cap": {"3"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	_, body = do(t, cl, "GET", c.srv.URL+"/schedules", nil)
+	_, body = paneltest.Do(t, cl, "GET", c.Server.URL+"/schedules", nil)
 	i := strings.Index(body, `data-testid="schedule-acme-prices"`)
 	require.GreaterOrEqual(t, i, 0)
 	row := body[i:]
@@ -279,15 +274,15 @@ func TestSchedulesPageShowsNextRunsBeforeEnabling(t *testing.T) {
 	require.Contains(t, row, `data-testid="state">disabled<`)
 	require.Equal(t, 5, strings.Count(row, "<li>"), "the next five runs show before enabling")
 	require.Contains(t, row, "(cap 3)")
-	res, _ = do(t, cl, "POST", c.srv.URL+"/t/acme/schedules/prices/enable", url.Values{})
+	res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+"/t/acme/schedules/prices/enable", url.Values{})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
-	sc, err := c.sched.Get(context.Background(), acme.ID, "prices")
+	sc, err := c.Schedules.Get(context.Background(), acme.ID, "prices")
 	require.NoError(t, err)
 	require.True(t, sc.Enabled)
 	require.NotNil(t, sc.NextRunAt)
-	require.Len(t, c.audited(t, acme.ID, "schedule.create"), 1)
-	require.Len(t, c.audited(t, acme.ID, "schedule.enable"), 1)
+	require.Len(t, c.Audited(t, acme.ID, "schedule.create"), 1)
+	require.Len(t, c.Audited(t, acme.ID, "schedule.enable"), 1)
 	// Not the operator's to change: the system's schedules.
-	res, _ = do(t, cl, "POST", c.srv.URL+"/admin/schedules/audit-verify/disable", url.Values{})
+	res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+"/admin/schedules/audit-verify/disable", url.Values{})
 	require.Equal(t, http.StatusForbidden, res.StatusCode)
 }

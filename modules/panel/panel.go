@@ -43,6 +43,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/crawl"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
 	"github.com/fleetwright/fleetwright/modules/health"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
@@ -219,7 +220,7 @@ type Panel struct {
 	// InstallationID identifies this installation (its database) to agents.
 	InstallationID string
 	Fleet          *fleet.Store
-	Gateway        *fleet.Gateway
+	Gateway        *gateway.Gateway
 	// Claims is the claim engine; the gateway attaches its Offerer and
 	// Lookuper (Claims.SetOfferer, Claims.SetLookuper).
 	Claims *claim.Engine
@@ -495,7 +496,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
 	}
-	p.Gateway = fleet.NewGateway(p.Fleet, p.Claims, fleet.GatewayConfig{
+	p.Gateway = gateway.New(p.Fleet, p.Claims, gateway.Config{
 		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)

@@ -1,0 +1,251 @@
+// Package web is the console's fleet page: a tenant's accounts and agents
+// live (state, workers, clock offset, events, what needs a person), the
+// commands an operator sends them (pause, resume, restart a worker, retire),
+// tokens issued and rotated, and the assistants' limits and tasks.
+package web
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/auth"
+	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/wire"
+	"github.com/fleetwright/fleetwright/views"
+)
+
+// Deps are what the fleet pages need.
+type Deps struct {
+	Store *fleet.Store
+	Shell *auth.Shell
+	Log   *slog.Logger
+}
+
+// Mount adds the fleet pages: reading needs fleet.read on the tenant,
+// every change fleet.steer; each change is audited with the command.
+func Mount(r chi.Router, d Deps) {
+	r.Method(http.MethodGet, "/t/{tenant}/fleet", auth.Require(auth.FleetRead, d.page))
+	r.Method(http.MethodGet, "/t/{tenant}/fleet/rows", auth.Require(auth.FleetRead, d.rows))
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts", auth.Require(auth.FleetSteer, d.createAccount))
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts/platform", auth.Require(auth.FleetSteer, d.setPlatform))
+	for _, a := range []struct {
+		path string
+		h    http.HandlerFunc
+	}{
+		{"pause", d.command(fleet.CmdPause)},
+		{"resume", d.command(fleet.CmdResume)},
+		{"restart-worker", d.command(fleet.CmdRestartWorker)},
+		{"retire", d.retire},
+	} {
+		r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/"+a.path, auth.Require(auth.FleetSteer, d.ownAgent(a.h)))
+	}
+	// A new token can unlock the account's credentials: admins only, with a
+	// second confirmation (the agent's name typed again).
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/rotate-token", auth.Require(auth.FleetSecrets, d.ownAgent(d.rotateToken)))
+	mountAssistant(r, d)
+}
+
+func actor(r *http.Request) audit.Entry {
+	u := auth.UserFrom(r.Context())
+	return audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r)}
+}
+
+func (d Deps) model(r *http.Request) (PageModel, error) {
+	t, _ := auth.TenantFrom(r.Context())
+	f, err := d.Store.List(r.Context(), t.ID)
+	if err != nil {
+		return PageModel{}, err
+	}
+	lim, err := d.Store.AssistantLimits(r.Context(), t.ID)
+	if err != nil {
+		return PageModel{}, err
+	}
+	m := PageModel{Slug: t.Slug, Fleet: f, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer),
+		CanSecrets: auth.UserFrom(r.Context()).Has(auth.FleetSecrets), CanSettings: auth.UserFrom(r.Context()).Has(auth.SettingsManage), Now: time.Now()}
+	if lim != nil {
+		m.Limits = *lim
+	}
+	return m, nil
+}
+
+func (d Deps) page(w http.ResponseWriter, r *http.Request) {
+	m, err := d.model(r)
+	if err != nil {
+		d.Log.Error("fleet page", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	t, _ := auth.TenantFrom(r.Context())
+	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+}
+
+func (d Deps) rows(w http.ResponseWriter, r *http.Request) {
+	m, err := d.model(r)
+	if err != nil {
+		d.Log.Error("fleet rows", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	views.Render(w, r, http.StatusOK, Rows(m))
+}
+
+func (d Deps) back(w http.ResponseWriter, r *http.Request, kind, text string) {
+	t, _ := auth.TenantFrom(r.Context())
+	auth.Flash(w, kind, text)
+	http.Redirect(w, r, "/t/"+t.Slug+"/fleet", http.StatusSeeOther)
+}
+
+func (d Deps) command(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, _ := auth.TenantFrom(r.Context())
+		body := fleet.CommandBody{Worker: r.FormValue("worker"), Reason: "from the console by " + auth.UserFrom(r.Context()).Email}
+		if _, err := d.Store.Enqueue(r.Context(), t.ID, chi.URLParam(r, "agent"), kind, body, actor(r)); err != nil {
+			d.Log.Warn("fleet command", "kind", kind, "err", err)
+			d.back(w, r, "bad", "The command could not be sent: "+d.shown(err))
+			return
+		}
+		d.back(w, r, "ok", "Sent "+strings.ReplaceAll(kind, "_", " ")+"; the agent confirms it within seconds.")
+	}
+}
+
+func (d Deps) retire(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	if err := d.Store.Retire(r.Context(), t.ID, chi.URLParam(r, "agent"), "retired from the console", actor(r)); err != nil {
+		d.back(w, r, "bad", "The agent could not be retired: "+d.shown(err))
+		return
+	}
+	d.back(w, r, "ok", "Agent retired: it wipes its credentials and stops; its token now answers \"retired\".")
+}
+
+// showToken renders the page with a token shown once; the page is never
+// cached, and the token is in no redirect, log or flash cookie.
+func (d Deps) showToken(w http.ResponseWriter, r *http.Request, agentName, token string) {
+	m, err := d.model(r)
+	if err != nil {
+		auth.ServerError(w, r)
+		return
+	}
+	m.NewToken, m.NewTokenAgent = token, agentName
+	t, _ := auth.TenantFrom(r.Context())
+	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+}
+
+// rotateToken issues a new token (admin, FleetSecrets). The form must repeat
+// the agent's name in "confirm"; "new_installation" also forgets the agent's
+// pinned installation key, so the next agent to connect with the new token
+// receives the credentials — for an agent whose state dir was lost.
+func (d Deps) rotateToken(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	id := chi.URLParam(r, "agent")
+	name, err := d.Store.AgentName(r.Context(), t.ID, id)
+	if err != nil {
+		d.back(w, r, "bad", "No new token: no such live agent.")
+		return
+	}
+	if r.FormValue("confirm") == "" {
+		views.Render(w, r, http.StatusOK, TokenConfirm(d.Shell.Page(w, r, t.Name+" · New token"), t.Slug, id, name))
+		return
+	}
+	if strings.TrimSpace(r.FormValue("confirm")) != name {
+		d.back(w, r, "bad", "No new token: the name typed does not match the agent's ("+name+").")
+		return
+	}
+	if r.FormValue("new_installation") == "1" {
+		if err := d.Store.AcceptNewInstallation(r.Context(), t.ID, id, actor(r)); err != nil {
+			d.back(w, r, "bad", "No new token: "+err.Error())
+			return
+		}
+	}
+	token, err := d.Store.RotateToken(r.Context(), t.ID, id, actor(r))
+	if err != nil {
+		d.back(w, r, "bad", "No new token: "+d.shown(err))
+		return
+	}
+	d.showToken(w, r, name, token)
+}
+
+// parseWorkers reads one worker kind per line, naming them kind-1, kind-2….
+func parseWorkers(s string) ([]wire.WorkerSpec, error) {
+	var out []wire.WorkerSpec
+	count := map[string]int{}
+	for _, line := range strings.Split(s, "\n") {
+		kind := strings.TrimSpace(line)
+		if kind == "" {
+			continue
+		}
+		switch kind {
+		case "watcher", "actor", "http_actor":
+		default:
+			return nil, errors.New("unknown worker kind " + kind + " (watcher, actor, http_actor)")
+		}
+		count[kind]++
+		out = append(out, wire.WorkerSpec{Name: kind + "-" + string(rune('0'+count[kind])), Kind: kind})
+	}
+	return out, nil
+}
+
+// refused shows the fleet page again with why a change was refused (422).
+func (d Deps) refused(w http.ResponseWriter, r *http.Request, err error) {
+	t, _ := auth.TenantFrom(r.Context())
+	m, merr := d.model(r)
+	if merr != nil {
+		auth.ServerError(w, r)
+		return
+	}
+	m.Error = strings.TrimPrefix(err.Error(), "fleet: ")
+	views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+}
+
+// setPlatform changes the board and client of one account, or of every
+// account of the tenant at once (account "all").
+func (d Deps) setPlatform(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	id := r.FormValue("account")
+	if id == "all" {
+		id = ""
+	} else if id == "" {
+		d.refused(w, r, errors.New("fleet: choose an account, or every account"))
+		return
+	}
+	if err := d.Store.SetPlatform(r.Context(), t.ID, id, strings.TrimSpace(r.FormValue("board_url")),
+		strings.TrimSpace(r.FormValue("client")), actor(r)); err != nil {
+		d.refused(w, r, err)
+		return
+	}
+	d.back(w, r, "ok", "Board and client saved.")
+}
+
+func (d Deps) createAccount(w http.ResponseWriter, r *http.Request) {
+	t, _ := auth.TenantFrom(r.Context())
+	workers, err := parseWorkers(r.FormValue("workers"))
+	in := fleet.AccountInput{Key: strings.TrimSpace(r.FormValue("key")), Region: strings.TrimSpace(r.FormValue("region")),
+		BoardURL: strings.TrimSpace(r.FormValue("board_url")), Client: strings.TrimSpace(r.FormValue("client")),
+		Username: strings.TrimSpace(r.FormValue("username")),
+		Password: r.FormValue("password"), TOTPSecret: strings.TrimSpace(r.FormValue("totp_secret")), Workers: workers}
+	if err == nil {
+		err = in.Validate()
+	}
+	var id string
+	if err == nil {
+		id, err = d.Store.CreateAccount(r.Context(), t.ID, in, actor(r))
+	}
+	if err != nil {
+		d.refused(w, r, err)
+		return
+	}
+	name := "agent-" + in.Key
+	_, token, err := d.Store.CreateAgent(r.Context(), t.ID, id, name, actor(r))
+	if err != nil {
+		d.Log.Error("create agent", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	d.showToken(w, r, name, token)
+}
