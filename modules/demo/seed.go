@@ -246,7 +246,11 @@ func (s *seeder) agent(ctx context.Context, tenantID string, a Agent) error {
 // (--board-listen may change, or be :0 in tests), moving every account of
 // the tenant at once: they all book as the tenant's client on one board.
 func (s *seeder) setPlatform(ctx context.Context, tenantID string, a Agent) error {
-	if err := s.p.Fleet.SetPlatform(ctx, tenantID, "", s.b.URL(), a.Tenant, s.by); err != nil {
+	creds, err := s.p.Fleet.SealedCredentials(ctx, tenantID)
+	if err != nil {
+		return fmt.Errorf("demo: board and client of %s: %w", a.Tenant, err)
+	}
+	if err := s.p.Fleet.SetPlatform(ctx, tenantID, "", s.b.URL(), a.Tenant, creds, s.by); err != nil {
 		return fmt.Errorf("demo: board and client of %s: %w", a.Tenant, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -143,7 +144,7 @@ func (s *Store) CreateAccount(ctx context.Context, tenant string, in AccountInpu
 			return err
 		}
 		pt, _ := json.Marshal(sealedSecrets{Password: in.Password, TOTPSecret: in.TOTPSecret})
-		box := s.vault.Seal(pt, "account:"+id)
+		box := s.vault.Seal(pt, sealContext(id, in.BoardURL))
 		if _, err := tx.Exec(ctx, `INSERT INTO accounts (id, tenant_id, account_key, region, board_url, username, client, secret_box, workers)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, id, tenant, in.Key, in.Region, in.BoardURL, in.Username, in.Client, box, workers); err != nil {
 			return oneClient(err)
@@ -175,14 +176,84 @@ func (s *Store) SetWorkers(ctx context.Context, tenant, accountID string, worker
 	})
 }
 
+// Credentials are an account's sign-in secrets on its board, entered again
+// when the account moves to another board.
+type Credentials struct {
+	Username, Password, TOTPSecret string
+}
+
+// BoardOrigin is the origin (scheme://host[:port], lower-case, default port
+// left out) of a board URL; "" when it has none.
+func BoardOrigin(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return ""
+	}
+	h := strings.ToLower(u.Hostname())
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if p := u.Port(); p != "" && !(u.Scheme == "http" && p == "80") && !(u.Scheme == "https" && p == "443") {
+		h += ":" + p
+	}
+	return u.Scheme + "://" + h
+}
+
+// sealContext binds an account's sealed credentials to it and to its
+// board's origin: a board URL changed behind the store's back (a script, a
+// restored dump) leaves them sealed, so they never reach that board.
+func sealContext(accountID, boardURL string) string {
+	return "account:" + accountID + "\nboard:" + BoardOrigin(boardURL)
+}
+
+// SealedCredentials opens every account's credentials of the tenant, by
+// account key, for SetPlatform to seal them to a new board. Only the demo
+// calls it: it is the host's admin moving its own sandbox board, which
+// listens on another port at each start. A console change has them typed.
+func (s *Store) SealedCredentials(ctx context.Context, tenant string) (map[string]Credentials, error) {
+	out := map[string]Credentials{}
+	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id::text, account_key, board_url, username, secret_box FROM accounts`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, key, board, user string
+			var box []byte
+			if err := rows.Scan(&id, &key, &board, &user, &box); err != nil {
+				return err
+			}
+			pt, err := s.vault.Open(box, sealContext(id, board))
+			if err != nil {
+				if pt, err = s.vault.Open(box, "account:"+id); err != nil {
+					return fmt.Errorf("account %s: %w", key, err)
+				}
+			}
+			var sec sealedSecrets
+			if err := json.Unmarshal(pt, &sec); err != nil {
+				return fmt.Errorf("account %s: %w", key, err)
+			}
+			out[key] = Credentials{Username: user, Password: sec.Password, TOTPSecret: sec.TOTPSecret}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: credentials: %w", err)
+	}
+	return out, nil
+}
+
 // SetPlatform changes the board and the platform client an account books
 // as, or (accountID "") those of every account of the tenant at once, in
-// one statement: the way to move a tenant to another board or client. A
+// one statement: the way to move a tenant to another board or client. An
+// account moving to another board origin needs its credentials in relogin
+// (by account key): they are sealed to the new origin. A
 // change that would leave two accounts of the tenant on different clients
 // or boards is refused, naming the other account (ErrOtherClient). Audited
 // with the values before.
-func (s *Store) SetPlatform(ctx context.Context, tenant, accountID, boardURL, client string, by audit.Entry) error {
-	if !strings.HasPrefix(boardURL, "http://") && !strings.HasPrefix(boardURL, "https://") {
+func (s *Store) SetPlatform(ctx context.Context, tenant, accountID, boardURL, client string, relogin map[string]Credentials, by audit.Entry) error {
+	if !strings.HasPrefix(boardURL, "http://") && !strings.HasPrefix(boardURL, "https://") || BoardOrigin(boardURL) == "" {
 		return errors.New("fleet: board URL must start with http:// or https://")
 	}
 	if err := validClient(client); err != nil {
@@ -190,18 +261,19 @@ func (s *Store) SetPlatform(ctx context.Context, tenant, accountID, boardURL, cl
 	}
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		type before struct {
+			ID       string `json:"-"`
 			Key      string `json:"account"`
 			BoardURL string `json:"board_url"`
 			Client   string `json:"client"`
 		}
-		rows, err := tx.Query(ctx, `SELECT account_key, board_url, client FROM accounts
+		rows, err := tx.Query(ctx, `SELECT id::text, account_key, board_url, client FROM accounts
 			WHERE ($1 = '' OR id::text = $1) ORDER BY account_key FOR UPDATE`, accountID)
 		if err != nil {
 			return err
 		}
 		was, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (before, error) {
 			var b before
-			return b, r.Scan(&b.Key, &b.BoardURL, &b.Client)
+			return b, r.Scan(&b.ID, &b.Key, &b.BoardURL, &b.Client)
 		})
 		if err != nil {
 			return err
@@ -216,6 +288,25 @@ func (s *Store) SetPlatform(ctx context.Context, tenant, accountID, boardURL, cl
 		if same {
 			return nil // nothing changes, nothing is audited
 		}
+		// Credentials are sealed to their board's origin: an account moved
+		// to another origin needs them entered again, and they are sealed
+		// to the new one. (Else whoever picks the board collects them.)
+		moved := []string{}
+		for _, b := range was {
+			if BoardOrigin(b.BoardURL) == BoardOrigin(boardURL) {
+				continue
+			}
+			c, ok := relogin[b.Key]
+			if !ok || c.Username == "" || c.Password == "" || c.TOTPSecret == "" {
+				return fmt.Errorf("fleet: account %s moves to another board (%s): enter its username, password and TOTP secret again; its credentials are never sent to a board they were not entered for", b.Key, BoardOrigin(boardURL))
+			}
+			logging.RegisterSecret(c.Password, c.TOTPSecret)
+			pt, _ := json.Marshal(sealedSecrets{Password: c.Password, TOTPSecret: c.TOTPSecret})
+			if _, err := tx.Exec(ctx, `UPDATE accounts SET username = $2, secret_box = $3 WHERE id = $1`, b.ID, c.Username, s.vault.Seal(pt, sealContext(b.ID, boardURL))); err != nil {
+				return err
+			}
+			moved = append(moved, b.Key)
+		}
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET board_url = $2, client = $3 WHERE ($1 = '' OR id::text = $1)`,
 			accountID, boardURL, client); err != nil {
 			return oneClient(err)
@@ -224,7 +315,7 @@ func (s *Store) SetPlatform(ctx context.Context, tenant, accountID, boardURL, cl
 		if accountID == "" {
 			by.Target = "every account"
 		}
-		by.Detail = map[string]any{"board_url": boardURL, "client": client, "before": was}
+		by.Detail = map[string]any{"board_url": boardURL, "client": client, "before": was, "credentials_entered_again": moved}
 		return audit.Append(ctx, tx, by)
 	})
 	if err != nil && !errors.Is(err, ErrOtherClient) && !strings.HasPrefix(err.Error(), "fleet: ") {
@@ -394,9 +485,13 @@ func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credent
 	if err := json.Unmarshal(workers, &cfg.Workers); err != nil {
 		return cfg, creds, fmt.Errorf("fleet: welcome: workers: %w", err)
 	}
-	pt, err := s.vault.Open(box, "account:"+a.AccountID)
+	pt, err := s.vault.Open(box, sealContext(a.AccountID, cfg.Account.BoardURL))
 	if err != nil {
-		return cfg, creds, fmt.Errorf("fleet: welcome: %w", err)
+		// Sealed before credentials were bound to their board: those open
+		// as they were, and are bound when the board next changes.
+		if pt, err = s.vault.Open(box, "account:"+a.AccountID); err != nil {
+			return cfg, creds, fmt.Errorf("fleet: welcome: the credentials do not open for %s (they are sealed to another board: enter them again): %w", BoardOrigin(cfg.Account.BoardURL), err)
+		}
 	}
 	var sec sealedSecrets
 	if err := json.Unmarshal(pt, &sec); err != nil {

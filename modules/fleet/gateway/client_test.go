@@ -48,7 +48,7 @@ func TestOneTenantOnePlatformClient(t *testing.T) {
 	require.NoError(t, err, "the same board with a trailing slash")
 
 	// Changing one account away from the others is refused and changes nothing.
-	err = b.store.SetPlatform(ctx, b.tenant, id2, boardX, "beta", ops)
+	err = b.store.SetPlatform(ctx, b.tenant, id2, boardX, "beta", nil, ops)
 	require.ErrorIs(t, err, fleet.ErrOtherClient)
 	require.ErrorContains(t, err, "acme-1")
 	clients := func() map[string]string {
@@ -77,7 +77,10 @@ func TestOneTenantOnePlatformClient(t *testing.T) {
 	require.ErrorContains(t, err, "account acme-1 books as client")
 
 	// The whole tenant moves at once, audited with what it was.
-	require.NoError(t, b.store.SetPlatform(ctx, b.tenant, "", boardY, "beta", ops))
+	require.ErrorContains(t, b.store.SetPlatform(ctx, b.tenant, "", boardY, "beta", nil, ops), "account acme-1 moves to another board (http://127.0.0.1:8102): enter its username, password and TOTP secret again")
+	relogin := map[string]fleet.Credentials{"acme-1": {Username: "u1", Password: "pw-1-Secret!", TOTPSecret: "JBSWY3DPEHPK3PXP"},
+		"acme-2": {Username: "u2", Password: "pw-2-Secret!", TOTPSecret: "JBSWY3DPEHPK3PXP"}}
+	require.NoError(t, b.store.SetPlatform(ctx, b.tenant, "", boardY, "beta", relogin, ops))
 	require.Equal(t, map[string]string{"acme-1": "beta@" + boardY, "acme-2": "beta@" + boardY}, clients())
 	var n int
 	require.NoError(t, db.InTenant(ctx, b.db.App, b.tenant, func(tx pgx.Tx) error {
@@ -85,7 +88,7 @@ func TestOneTenantOnePlatformClient(t *testing.T) {
 			AND detail->>'client' = 'beta' AND detail->'before' @> '[{"client": "acme"}]'`).Scan(&n)
 	}))
 	require.Equal(t, 1, n)
-	require.NoError(t, b.store.SetPlatform(ctx, b.tenant, "", boardY, "beta", ops), "no change")
+	require.NoError(t, b.store.SetPlatform(ctx, b.tenant, "", boardY, "beta", nil, ops), "no change")
 
 	// Two accounts of a new tenant created at once with different clients:
 	// one passes, the others are refused.
@@ -150,7 +153,7 @@ func TestLookupsComeOnlyFromTheClaimsOwnClient(t *testing.T) {
 	}
 
 	// The tenant is set to client beta; the agent still signs in as acme.
-	require.NoError(t, f.store.SetPlatform(ctx, f.tenant, "", f.board.URL(), "beta", ops))
+	require.NoError(t, f.store.SetPlatform(ctx, f.tenant, "", f.board.URL(), "beta", nil, ops))
 	as, err = f.eng.Store().ClientOf(ctx, f.tenant, "LD-OWN")
 	require.NoError(t, err)
 	require.Equal(t, acme, as, "the attempt keeps the client it booked as")
@@ -164,7 +167,7 @@ func TestLookupsComeOnlyFromTheClaimsOwnClient(t *testing.T) {
 	require.Zero(t, n, "another client's answer is no evidence")
 
 	// Set back to acme, the same sweep finds the duplicate.
-	require.NoError(t, f.store.SetPlatform(ctx, f.tenant, "", f.board.URL(), "acme", ops))
+	require.NoError(t, f.store.SetPlatform(ctx, f.tenant, "", f.board.URL(), "acme", nil, ops))
 	require.NoError(t, f.eng.DuplicateSweep(ctx))
 	n, dups, err := f.eng.Store().DuplicateConfirmations(ctx, f.tenant)
 	require.NoError(t, err)

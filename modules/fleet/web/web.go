@@ -6,6 +6,7 @@ package web
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -34,7 +35,9 @@ func Mount(r chi.Router, d Deps) {
 	r.Method(http.MethodGet, "/t/{tenant}/fleet", auth.Require(auth.FleetRead, d.page))
 	r.Method(http.MethodGet, "/t/{tenant}/fleet/rows", auth.Require(auth.FleetRead, d.rows))
 	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts", auth.Require(auth.FleetSteer, d.createAccount))
-	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts/platform", auth.Require(auth.FleetSteer, d.setPlatform))
+	// The board decides where the account's credentials are sent: admins
+	// only, with a second confirmation (the account's key typed again).
+	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts/platform", auth.Require(auth.FleetSecrets, d.setPlatform))
 	for _, a := range []struct {
 		path string
 		h    http.HandlerFunc
@@ -204,18 +207,47 @@ func (d Deps) refused(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // setPlatform changes the board and client of one account, or of every
-// account of the tenant at once (account "all").
+// account of the tenant at once (account "all"); admin (FleetSecrets). The
+// form repeats the account's key (or "every account") in "confirm"; an
+// account moving to another board origin needs its credentials entered
+// again (username, password, totp_secret).
 func (d Deps) setPlatform(w http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
 	id := r.FormValue("account")
+	want := "every account"
 	if id == "all" {
 		id = ""
 	} else if id == "" {
 		d.refused(w, r, errors.New("fleet: choose an account, or every account"))
 		return
+	} else {
+		f, err := d.Store.List(r.Context(), t.ID)
+		if err != nil {
+			auth.ServerError(w, r)
+			return
+		}
+		want = ""
+		for _, a := range f.Accounts {
+			if a.ID == id {
+				want = a.Key
+			}
+		}
+		if want == "" {
+			d.refused(w, r, errors.New("fleet: no such account"))
+			return
+		}
+	}
+	if strings.TrimSpace(r.FormValue("confirm")) != want {
+		d.refused(w, r, fmt.Errorf("fleet: nothing changed: type %q in the confirmation to move its board or client", want))
+		return
+	}
+	var relogin map[string]fleet.Credentials
+	if id != "" && r.FormValue("password") != "" {
+		relogin = map[string]fleet.Credentials{want: {Username: strings.TrimSpace(r.FormValue("username")), Password: r.FormValue("password"),
+			TOTPSecret: strings.TrimSpace(r.FormValue("totp_secret"))}}
 	}
 	if err := d.Store.SetPlatform(r.Context(), t.ID, id, strings.TrimSpace(r.FormValue("board_url")),
-		strings.TrimSpace(r.FormValue("client")), actor(r)); err != nil {
+		strings.TrimSpace(r.FormValue("client")), relogin, actor(r)); err != nil {
 		d.refused(w, r, err)
 		return
 	}
