@@ -8,7 +8,7 @@ LISTEN    ?= 127.0.0.1:8080
 # System packages the product and its tests run: Postgres and Redis (embedded
 # by the panel), Chromium (agents and browser tests), systemd (unit checks),
 # prometheus (its promtool checks and unit-tests deploy/prometheus/alerts.yml).
-APT_PKGS  := postgresql redis-server chromium systemd prometheus
+APT_PKGS  := postgresql redis-server chromium systemd prometheus caddy
 
 .PHONY: all deps build run test vet fmt-check generate check-generated bench clean sbom vulncheck
 
@@ -22,6 +22,7 @@ deps:
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v caddy >/dev/null 2>&1 || missing="$$missing caddy"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing$$missing"; \

@@ -339,6 +339,9 @@ func TestCaddyfile(t *testing.T) {
 	rest, ok := block(src, "handle")
 	require.True(t, ok, "a catch-all handle block for the console")
 	require.Regexp(t, `reverse_proxy\s+127\.0\.0\.1:8080`, rest, "the console must be proxied to the panel")
+	for name, b := range map[string]string{"/agent/ws": ws, "the console": rest} {
+		require.Regexp(t, `lb_try_duration\s+[1-9]`, b, "%s: a request to a stopping replica is tried again, not answered 502", name)
+	}
 
 	hdr, ok := block(src, "header")
 	require.True(t, ok, "security headers")

@@ -34,9 +34,20 @@ type Check struct {
 
 // Health holds the readiness checks, which modules may add at any time.
 type Health struct {
-	mu     sync.RWMutex
-	checks []Check
-	up     *prometheus.GaugeVec
+	mu       sync.RWMutex
+	checks   []Check
+	up       *prometheus.GaugeVec
+	draining bool
+}
+
+// Drain makes /readyz fail from now on, whatever the checks say: a stopping
+// server leaves its load balancer's rotation while it still serves what is
+// sent to it meanwhile. It is not a dependency, so fleet_dependency_up is
+// left alone.
+func (h *Health) Drain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.draining = true
 }
 
 // NewHealth registers the fleet_dependency_up gauge with reg.
@@ -82,6 +93,7 @@ type Result struct {
 func (h *Health) Run(ctx context.Context, timeout time.Duration) (ready bool, results []Result) {
 	h.mu.RLock()
 	checks := append([]Check(nil), h.checks...)
+	draining := h.draining
 	h.mu.RUnlock()
 	results = make([]Result, len(checks))
 	var wg sync.WaitGroup
@@ -104,6 +116,9 @@ func (h *Health) Run(ctx context.Context, timeout time.Duration) (ready bool, re
 		}()
 	}
 	wg.Wait()
+	if draining {
+		results = append(results, Result{Name: "draining", Critical: true, Error: "this server is stopping"})
+	}
 	sort.Slice(results, func(i, j int) bool { return results[i].Name < results[j].Name })
 	ready = true
 	for _, r := range results {

@@ -69,6 +69,9 @@ type Config struct {
 	DBMaxConns        int
 	PGMaxConnections  int
 	ShutdownTimeout   time.Duration
+	// Drain is how long a stopping panel keeps serving with /readyz failing,
+	// so its load balancer moves traffic away before the listener closes.
+	Drain time.Duration
 	// SessionIdle and SessionMax are the console's session timeouts.
 	SessionIdle time.Duration
 	SessionMax  time.Duration
@@ -118,6 +121,8 @@ func (c *Config) Register(s *config.Set) {
 		"max_connections of the embedded cluster (at least 200)", panel)
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "FLEET_SHUTDOWN_TIMEOUT", 30*time.Second,
 		"how long a graceful stop may take before connections are cut", panel)
+	s.Duration(&c.Drain, "drain", "FLEET_DRAIN", 5*time.Second,
+		"on SIGTERM, how long the panel keeps serving with /readyz failing before it closes (longer than the load balancer's health interval)", panel)
 	s.Duration(&c.SessionIdle, "session-idle", "FLEET_SESSION_IDLE", 30*time.Minute,
 		"a console session unused this long ends", panel)
 	s.Duration(&c.SessionMax, "session-max", "FLEET_SESSION_MAX", 12*time.Hour,
@@ -154,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DatabaseURL == "" && c.DatabaseAppURL != "" {
 		return errors.New("panel: --database-app-url is only used with --database-url (FLEET_DATABASE_URL)")
+	}
+	if c.Drain < 0 {
+		return fmt.Errorf("panel: --drain must not be negative, got %s", c.Drain)
 	}
 	if c.PGMaxConnections < 200 {
 		return fmt.Errorf("panel: --pg-max-connections must be at least 200, got %d", c.PGMaxConnections)
@@ -250,10 +258,31 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		log.Info("panel stopping")
+		p.drain(errc)
 	case err = <-errc:
 	}
 	p.Stop()
 	return err
+}
+
+// drain fails /readyz and keeps serving for the drain period, so the load
+// balancer (Caddy's health checks, or its retries) sends new requests to
+// another replica while those already sent here are answered. Stop then
+// closes the listener and tells the agents to go (they reconnect, through
+// the load balancer, to another replica, keeping their outcomes in their
+// outbox until one acknowledges them).
+func (p *Panel) drain(errc <-chan error) {
+	if p.cfg.Drain <= 0 {
+		return
+	}
+	p.Health.Drain()
+	p.log.Info("panel draining: /readyz fails while it keeps serving", "drain", p.cfg.Drain)
+	t := time.NewTimer(p.cfg.Drain)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-errc:
+	}
 }
 
 // Start brings every part up; on failure it stops what it started.
