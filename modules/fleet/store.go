@@ -502,30 +502,39 @@ func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credent
 	return cfg, creds, nil
 }
 
-// Connected records that an agent connected to this replica.
-func (s *Store) Connected(ctx context.Context, a Agent, replica, remote, host, build string, protocol int) error {
-	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE agents SET connected = true, replica_id = $2, remote_addr = $3, host = $4,
-			build = $5, protocol = $6, connected_at = now(), last_seen = now() WHERE id = $1`,
-			a.ID, replica, remote, host, build, protocol)
-		return err
+// Connected records that an agent connected to this replica and returns
+// the row's connected_at, which names this connection for Disconnected.
+func (s *Store) Connected(ctx context.Context, a Agent, replica, remote, host, build string, protocol int) (time.Time, error) {
+	var at time.Time
+	err := db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `UPDATE agents SET connected = true, replica_id = $2, remote_addr = $3, host = $4,
+			build = $5, protocol = $6, connected_at = clock_timestamp(), last_seen = now() WHERE id = $1
+			RETURNING connected_at`,
+			a.ID, replica, remote, host, build, protocol).Scan(&at)
 	})
+	return at, err
 }
 
 // Disconnected records that the agent left this replica (unless it already
-// reconnected elsewhere), with its last clock-offset estimate when the row
+// reconnected, here or elsewhere: the row's connected_at is no longer
+// since, the one Connected returned for the connection that ended; a zero
+// since matches any), with its last clock-offset estimate when the row
 // does not hold it yet (est nil: the row's stays).
-func (s *Store) Disconnected(ctx context.Context, a Agent, replica string, est *wire.Estimate) error {
+func (s *Store) Disconnected(ctx context.Context, a Agent, replica string, since time.Time, est *wire.Estimate) error {
 	var offset, bound, rtt *float64
 	if est != nil {
 		o, b, r := millis(est.Offset), millis(est.ErrorBound), millis(est.RoundTrip)
 		offset, bound, rtt = &o, &b, &r
 	}
+	var at *time.Time
+	if !since.IsZero() {
+		at = &since
+	}
 	return db.InTenant(ctx, s.pool, a.Tenant, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false, last_seen = now(),
 			clock_offset_ms = COALESCE($3, clock_offset_ms), clock_error_ms = COALESCE($4, clock_error_ms),
 			rtt_ms = COALESCE($5, rtt_ms)
-			WHERE id = $1 AND replica_id = $2`, a.ID, replica, offset, bound, rtt)
+			WHERE id = $1 AND replica_id = $2 AND ($6::timestamptz IS NULL OR connected_at = $6)`, a.ID, replica, offset, bound, rtt, at)
 		return err
 	})
 }

@@ -32,6 +32,12 @@ type conn struct {
 	// id names this connection (uuid): the claims leased or acted on
 	// through it carry it, so its end settles only them.
 	id string
+	// seq orders this replica's connections by their start: of two
+	// connections of one agent, the later one is the agent's.
+	seq uint64
+	// connectedAt is the agents row's connected_at this connection wrote:
+	// its departure is recorded only while the row is still its own.
+	connectedAt time.Time
 	ws *websocket.Conn
 	// idle is the reader's shallow wait between frames (idle.go), nil
 	// where it cannot be used.
@@ -222,10 +228,18 @@ func (c *conn) handshake(ctx context.Context) bool {
 	if err := c.send(ctx, w); err != nil {
 		return false
 	}
-	if err := g.store.Connected(ctx, a, g.cfg.ReplicaID, c.remote, hello.Host, hello.Build, v); err != nil {
+	// Registered before the row is written, so a stale handshake that
+	// loses to a newer connection of the agent writes nothing.
+	if !g.register(c) {
+		g.log.Info("agent connection superseded by a newer one during its handshake", "agent", a.ID)
+		_ = c.ws.Close(websocket.StatusPolicyViolation, "replaced by a newer connection")
+		return false
+	}
+	at, err := g.store.Connected(ctx, a, g.cfg.ReplicaID, c.remote, hello.Host, hello.Build, v)
+	if err != nil {
 		g.log.Error("record agent connection", "agent", a.ID, "err", err)
 	}
-	g.register(c)
+	c.connectedAt = at
 	g.log.Info("agent connected", "agent", a.ID, "tenant", a.Tenant, "protocol", v, "remote", c.remote, "build", hello.Build)
 	return true
 }
@@ -265,7 +279,7 @@ func (c *conn) run() {
 	bctx, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel2()
 	if current {
-		if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID, c.unsavedOffset()); err != nil {
+		if err := g.store.Disconnected(bctx, a, g.cfg.ReplicaID, c.connectedAt, c.unsavedOffset()); err != nil {
 			g.log.Warn("record agent disconnection", "agent", a.ID, "err", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -73,6 +74,8 @@ type Gateway struct {
 	log    *slog.Logger
 	claims Claims
 
+	// seq numbers connections in the order they were accepted.
+	seq      atomic.Uint64
 	mu       sync.Mutex
 	conns    map[string]*conn            // agent id → its connection on this replica
 	byTenant map[string]map[string]*conn // tenant → agent id → connection
@@ -177,7 +180,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// anything larger is cut by the WebSocket layer itself.
 	ws.SetReadLimit(2 * wire.MaxMessageBytes)
 	secure, how := transport(r, g.cfg.TrustedProxies)
-	c := &conn{g: g, id: newConnID(), ws: ws, remote: remoteAddr(r), secure: secure, transport: how,
+	c := &conn{g: g, id: newConnID(), seq: g.seq.Add(1), ws: ws, remote: remoteAddr(r), secure: secure, transport: how,
 		est: wire.NewEstimator(0), lookups: map[string]chan wire.LookupResult{}, pages: map[string]chan wire.PageResult{},
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), idle: newIdleWait(lw.conn, lw.br)}
 	// The request's context ends when this handler returns; the
@@ -190,9 +193,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.run()
 }
 
-func (g *Gateway) register(c *conn) {
+func (g *Gateway) register(c *conn) bool {
 	g.mu.Lock()
 	old := g.conns[c.agent.ID]
+	if old != nil && old.seq > c.seq {
+		// A newer connection of the same agent registered while this one
+		// was still shaking hands (the agent gave up on this one and
+		// dialled again): this one is the stale one, not the other.
+		g.mu.Unlock()
+		return false
+	}
 	g.conns[c.agent.ID] = c
 	if g.byTenant[c.agent.Tenant] == nil {
 		g.byTenant[c.agent.Tenant] = map[string]*conn{}
@@ -206,6 +216,7 @@ func (g *Gateway) register(c *conn) {
 	} else {
 		g.connected.Inc()
 	}
+	return true
 }
 
 // unregister forgets c; it reports false when c was no longer the agent's
