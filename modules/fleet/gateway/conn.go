@@ -149,6 +149,7 @@ func (c *conn) decode(ctx context.Context, typ websocket.MessageType, data []byt
 // reports false when the connection ended.
 func (c *conn) handshake(ctx context.Context) bool {
 	g := c.g
+	accepted := g.cfg.Clock.Now()
 	hctx, cancel := context.WithTimeout(ctx, g.cfg.HelloTimeout)
 	f, err := c.read(hctx)
 	cancel()
@@ -161,6 +162,7 @@ func (c *conn) handshake(ctx context.Context) bool {
 		c.fail(ctx, wire.Error{Code: wire.CodeUnexpected, Message: "the first message must be hello"})
 		return false
 	}
+	c.offset = helloOffset(hello.Clock, accepted, g.cfg.Clock.Now())
 	v, err := wire.Negotiate(hello.Version, hello.MinVersion)
 	if err != nil {
 		c.version = wire.MinSupported
@@ -551,4 +553,18 @@ func newConnID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// helloOffset is the clock offset a hello tells before the first ping has
+// been answered: the agent stamped its hello after the upgrade was accepted
+// and before it arrived, so its clock then matches a panel time between
+// those two moments. Without it, the outcomes an agent resends the moment
+// it reconnects (its outbox) would be read as if its clock were right.
+func helloOffset(agentClock, accepted, received time.Time) wire.Estimate {
+	if agentClock.IsZero() || received.Before(accepted) {
+		return wire.Estimate{}
+	}
+	span := received.Sub(accepted)
+	mid := accepted.Add(span / 2)
+	return wire.Estimate{Offset: agentClock.Sub(mid), ErrorBound: span / 2, RoundTrip: span, MeasuredAt: received}
 }
