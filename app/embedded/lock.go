@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Lock is an exclusive, process-lifetime lock on a data directory. The kernel
@@ -65,8 +66,17 @@ func readOnly(dir, path string, cause error) error {
 
 // locked is ErrLocked naming the lock's holder.
 func locked(dir, path string) error {
-	b, _ := os.ReadFile(path)
-	holder := strings.TrimSpace(string(b))
+	// The holder writes its name right after it took the lock; a panel
+	// that lost a start race reads the file in between: wait for the name
+	// a moment (bounded) rather than call the panel "another process".
+	var holder string
+	for i := 0; i < 40 && holder == ""; i++ {
+		if i > 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		b, _ := os.ReadFile(path)
+		holder = strings.TrimSpace(string(b))
+	}
 	if holder == "" {
 		holder = "another process"
 	}
