@@ -38,7 +38,7 @@ type conn struct {
 	// connectedAt is the agents row's connected_at this connection wrote:
 	// its departure is recorded only while the row is still its own.
 	connectedAt time.Time
-	ws *websocket.Conn
+	ws          *websocket.Conn
 	// idle is the reader's shallow wait between frames (idle.go), nil
 	// where it cannot be used.
 	idle    *idleWait
