@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -34,6 +33,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/logging"
+	"github.com/fleetwright/fleetwright/app/loop"
 	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
@@ -238,10 +238,10 @@ type Panel struct {
 	embedded *embedded.Metrics
 	// supervised names the embedded services this panel supervises.
 	supervised []string
-	bg         sync.WaitGroup
-	bgStop     context.CancelFunc
-	hbStop     context.CancelFunc
-	hbDone     chan struct{}
+	// The panel's own long-running loops (River and the cells have
+	// their own Start and Stop): LISTEN for commands routed here, the
+	// warm-actor publication, and this replica's heartbeat.
+	listen, warm, heartbeat *loop.Loop
 
 	// Built by one start phase for the next ones.
 	appURL, redisURL string
@@ -552,23 +552,19 @@ func (p *Panel) startGateway(ctx context.Context) error {
 	p.CrawlRunner.Budget = crawl.NewBudget(p.Cells.RedisOf, clock.Real{})
 	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl"), Egress: p.Crawl.Store.Egress}).OnFinish
 	p.CrawlRunner.Ready()
-	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
 	// The gateway's connections append audit entries (an installation
 	// key pinned) with the agent's address: hashed with the panel's keys.
-	bgCtx = audit.WithAddressKeys(bgCtx, p.addrKeys)
-	p.bgStop = bgStop
-	p.bg.Add(1)
-	go func() {
-		defer p.bg.Done()
-		// The LISTEN loop recovers on its own; it is not supervised.
-		p.Gateway.Listen(bgCtx, p.appURL)
-	}()
-	p.bg.Add(1)
-	go func() {
-		defer p.bg.Done()
-		// Assign mode: this replica's warm actors, published every second.
-		p.Claims.RunWarm(bgCtx)
-	}()
+	bgCtx := audit.WithAddressKeys(ctx, p.addrKeys)
+	// The LISTEN loop recovers on its own; it is not supervised.
+	p.listen = loop.New(func(ctx context.Context) { p.Gateway.Listen(ctx, p.appURL) })
+	if err := p.listen.Start(bgCtx); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	// Assign mode: this replica's warm actors, published every second.
+	p.warm = loop.New(p.Claims.RunWarm)
+	if err := p.warm.Start(bgCtx); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	return nil
 }
 
@@ -584,13 +580,11 @@ func (p *Panel) startHTTP(ctx context.Context) (err error) {
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
 		return err
 	}
-	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(ctx))
-	p.hbDone = make(chan struct{})
-	p.hbStop = hbStop
-	go func() {
-		defer close(p.hbDone)
-		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, log)
-	}()
+	addr := p.srv.Addr()
+	p.heartbeat = loop.New(func(ctx context.Context) { heartbeat(ctx, p.DB, p.ReplicaID, addr, cfg.Version, log) })
+	if err := p.heartbeat.Start(ctx); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	log.Info("panel ready", "console", "http://"+p.srv.Addr()+"/", "data_dir", cfg.DataDir)
 	return nil
 }
@@ -691,14 +685,10 @@ func (p *Panel) Stop() {
 		// WebSockets are hijacked connections: Shutdown does not wait for them.
 		p.Gateway.CloseAll()
 	}
-	if p.hbStop != nil {
-		p.hbStop()
-		<-p.hbDone
-	}
-	if p.bgStop != nil {
-		p.bgStop()
-		p.bg.Wait()
-	}
+	// Each is a no-op when start failed before it.
+	p.heartbeat.Stop()
+	p.listen.Stop()
+	p.warm.Stop()
 	if p.Cells != nil {
 		p.Cells.Stop()
 	}
