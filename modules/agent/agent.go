@@ -87,7 +87,7 @@ type WorkerEnv struct {
 	Event func(wire.Event)
 	Clock clock.Clock
 	Log   *slog.Logger
-	// gateStop is the test-only StopAfterGateEnv hook (nil: none).
+	// gateStop is the StopAfterGateEnv chaos switch (nil: none).
 	gateStop *gateStopper
 	// PanelClock is Clock corrected to the panel's by its pings: for codes
 	// a platform checks against real time (TOTP).
@@ -250,7 +250,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 			ErrAlreadyRetired, mark.At.Format(time.RFC3339), mark.Reason, cfg.StateDir)
 	}
 	if d := clockSkew(); d != 0 {
-		logger.Warn("agent: test-only setting: this agent's wall clock is skewed", "env", ClockSkewEnv, "by", d)
+		logger.Warn("agent: chaos switch (never on a real fleet): this agent's wall clock is skewed", "env", ClockSkewEnv, "by", d)
 		cfg.Clock = skewed{Clock: cfg.Clock, by: d}
 	}
 	key, err := st.InstallKey(ctx)

@@ -55,7 +55,7 @@ type agent struct {
 	events      []wire.Event
 	results     map[string]wire.CommandResult // recent command results, for redelivered commands
 	resultOrder []string
-	gateStop    *gateStopper // test-only (StopAfterGateEnv)
+	gateStop    *gateStopper // the StopAfterGateEnv chaos switch
 	// panelClock is the agent's clock corrected to the panel's (TOTP codes).
 	panelClock *panelClock
 	// released is done once the start-up pages were handed back (trim_linux.go).

@@ -8,10 +8,12 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 )
 
-// ClockSkewEnv is a test-only setting (the load test's agent_clock_skew): a
+// ClockSkewEnv is a chaos switch of `fleetwright loadtest` (its
+// agent_clock_skew kind; docs/LOADTEST.md, "The agent's chaos switches"): a
 // Go duration ("-3m") added to the agent's wall clock, as on a host whose
-// clock is wrong by that much. Never set it on a real fleet.
-const ClockSkewEnv = "FLEET_TEST_AGENT_CLOCK_SKEW"
+// clock is wrong by that much. It is compiled into every build because the
+// load test drives the shipped binary. Never set it on a real fleet.
+const ClockSkewEnv = "FLEET_CHAOS_AGENT_CLOCK_SKEW"
 
 // skewed is a clock offset from another by a fixed amount.
 type skewed struct {

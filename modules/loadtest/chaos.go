@@ -606,8 +606,8 @@ func (r *runner) boardRestart(ctx context.Context) (int, string) {
 	return 1, fmt.Sprintf("killed with %d events; back on %s after %s with %d", before.Events, nb.URL(), time.Since(down).Round(time.Millisecond), after.Events)
 }
 
-// gateAgent is the agent that runs with the test-only StopAfterGateEnv
-// setting: the first actor agent of the first tenant (with the browser
+// gateAgent is the agent that runs with the StopAfterGateEnv chaos
+// switch: the first actor agent of the first tenant (with the browser
 // actor when there is one, so the HTTP-only agents stay for
 // agent_kill_mid_action).
 func (r *runner) gateAgent() *proc {
@@ -892,7 +892,7 @@ func (r *runner) partition(ctx context.Context) (int, string) {
 	return 0, fmt.Sprintf("blackholed %s's path to its replica for %s; the hit counts once it is connected again", p.name, hold)
 }
 
-// skewAgent runs with the test-only ClockSkewEnv setting: the last HTTP-only
+// skewAgent runs with the ClockSkewEnv chaos switch: the last HTTP-only
 // actor agent (its wall clock 3 minutes slow for the whole run).
 func (r *runner) skewAgent() *proc {
 	want := r.skewPlan()

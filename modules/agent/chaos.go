@@ -10,12 +10,14 @@ import (
 	"github.com/fleetwright/fleetwright/modules/platform"
 )
 
-// StopAfterGateEnv is a test-only setting (the load test's
-// agent_stop_after_gate): with n > 0 the agent SIGSTOPs itself right after
-// its send gate opened on its n-th booking, so the request leaves only when
-// someone continues it — past its act deadline, which no deadline check can
-// catch once the gate has opened. Never set it on a real fleet.
-const StopAfterGateEnv = "FLEET_TEST_AGENT_STOP_AFTER_GATE"
+// StopAfterGateEnv is a chaos switch of `fleetwright loadtest` (its
+// agent_stop_after_gate kind; docs/LOADTEST.md, "The agent's chaos
+// switches"): with n > 0 the agent SIGSTOPs itself right after its send gate
+// opened on its n-th booking, so the request leaves only when someone
+// continues it — past its act deadline, which no deadline check can catch
+// once the gate has opened. It is compiled into every build because the
+// load test drives the shipped binary. Never set it on a real fleet.
+const StopAfterGateEnv = "FLEET_CHAOS_AGENT_STOP_AFTER_GATE"
 
 // gateStopper counts bookings whose send gate opened.
 type gateStopper struct {
@@ -31,7 +33,7 @@ func newGateStopper(log *slog.Logger) *gateStopper {
 	if n <= 0 {
 		return nil
 	}
-	log.Warn("agent: test-only setting: this agent stops itself after its send gate opens on booking n", "env", StopAfterGateEnv, "n", n)
+	log.Warn("agent: chaos switch (never on a real fleet): this agent stops itself after its send gate opens on booking n", "env", StopAfterGateEnv, "n", n)
 	return &gateStopper{n: n, log: log, stop: func() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }}
 }
 
@@ -47,7 +49,7 @@ func (g *gateStopper) wrap(gate platform.Gate) platform.Gate {
 			return err
 		}
 		if counted.CompareAndSwap(false, true) && g.passed.Add(1) == g.n {
-			g.log.Warn("agent: test-only: send gate opened; stopping myself now", "booking", g.n)
+			g.log.Warn("agent: chaos switch: send gate opened; stopping myself now", "booking", g.n)
 			g.stop()
 		}
 		return nil
