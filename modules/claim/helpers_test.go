@@ -17,6 +17,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -56,9 +57,7 @@ func setupTB(t testing.TB, mod ...func(*claim.Config)) *bundle {
 
 func (b *bundle) newTenant(t testing.TB, slug string) string {
 	t.Helper()
-	var id string
-	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
-		`INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id))
+	id := factory.Tenant(t, b.db, slug, slug)
 	_, err := b.engine.PutFilter(context.Background(), testActor, id, claim.Filter{Name: "everything", Enabled: true})
 	require.NoError(t, err)
 	return id
@@ -102,10 +101,7 @@ type wireJob = wire.Job
 // newTenantBare makes a tenant with no filters (it wants nothing).
 func (b *bundle) newTenantBare(t *testing.T, slug string) string {
 	t.Helper()
-	var id string
-	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
-		`INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id::text`, slug).Scan(&id))
-	return id
+	return factory.Tenant(t, b.db, slug, slug)
 }
 
 func actReq(key string, token int64) wire.ActRequest {

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
+	"github.com/jackc/pgx/v5"
 )
 
 // By is the audit actor the factory's changes are recorded under.
@@ -29,8 +30,21 @@ var By = audit.Entry{Actor: "test"}
 // would.
 func Tenant(t testing.TB, d *testenv.Database, slug, name string) string {
 	t.Helper()
+	return TenantOn(t, d.Owner, slug, name)
+}
+
+// Querier is what TenantOn inserts through: a pool or a single connection.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// TenantOn is Tenant on a database testenv did not make (a panel's own
+// embedded cluster): q must connect as a role that may insert tenants (the
+// owner or a superuser).
+func TenantOn(t testing.TB, q Querier, slug, name string) string {
+	t.Helper()
 	var id string
-	if err := d.Owner.QueryRow(context.Background(),
+	if err := q.QueryRow(context.Background(),
 		`INSERT INTO tenants (slug, name) VALUES ($1, $2) RETURNING id::text`, slug, name).Scan(&id); err != nil {
 		t.Fatalf("factory: tenant %s: %v", slug, err)
 	}

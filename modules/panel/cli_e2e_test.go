@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	"github.com/fleetwright/fleetwright/modules/factory"
 )
 
 // TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase runs the
@@ -79,8 +80,7 @@ func TestAdminCommandsAndAuditVerifyAgainstTheEmbeddedDatabase(t *testing.T) {
 	require.True(t, paused)
 	code, out = run("admin", "resume")
 	require.Equal(t, 0, code, out)
-	var tenantID string
-	require.NoError(t, c.QueryRow(ctx, "INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id::text").Scan(&tenantID))
+	tenantID := factory.TenantOn(t, c, "acme", "Acme")
 	code, out = run("admin", "pause", "--tenant=acme")
 	require.Equal(t, 0, code, out)
 	require.NoError(t, c.QueryRow(ctx, "SELECT paused FROM tenants WHERE id = $1", tenantID).Scan(&paused))

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/embedded"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/migrations"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/limit"
 )
 
@@ -38,9 +39,9 @@ func TestMigrationMovesTheAssistantSpendPerDayToModelSpendDay(t *testing.T) {
 	require.NoError(t, db.Migrate(ctx, d.Owner, before, embedded.AppRole, "test", log))
 
 	tenant := func(slug, limits string) string {
-		var id string
-		require.NoError(t, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name, assistant_limits) VALUES ($1, $1, $2) RETURNING id::text`,
-			slug, limits).Scan(&id))
+		id := factory.Tenant(t, d, slug, slug)
+		_, err := d.Owner.Exec(ctx, `UPDATE tenants SET assistant_limits = $2 WHERE id = $1`, id, limits)
+		require.NoError(t, err)
 		return id
 	}
 	only := tenant("only-json", `{"task_steps": 5, "day_cost_usd": 2.5}`)

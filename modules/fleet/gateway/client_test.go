@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -92,8 +93,7 @@ func TestOneTenantOnePlatformClient(t *testing.T) {
 
 	// Two accounts of a new tenant created at once with different clients:
 	// one passes, the others are refused.
-	var other string
-	require.NoError(t, b.db.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('delta', 'Delta') RETURNING id::text`).Scan(&other))
+	other := factory.Tenant(t, b.db, "delta", "Delta")
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
 	for i := range errs {

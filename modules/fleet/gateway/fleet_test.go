@@ -26,6 +26,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
 	fleetweb "github.com/fleetwright/fleetwright/modules/fleet/web"
@@ -50,8 +51,7 @@ func setup(t *testing.T) *bundle {
 	v, err := vault.New(key)
 	require.NoError(t, err)
 	b := &bundle{db: d, store: fleet.NewStore(d.App, v)}
-	require.NoError(t, d.Owner.QueryRow(context.Background(),
-		`INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme Freight') RETURNING id::text`).Scan(&b.tenant))
+	b.tenant = factory.Tenant(t, d, "acme", "Acme Freight")
 	return b
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
+	"github.com/fleetwright/fleetwright/modules/factory"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -128,8 +129,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	}
 	v, _ := vault.New(key)
 	store := fleet.NewStore(d.App, v)
-	var tenant string
-	require.NoError(b, d.Owner.QueryRow(ctx, `INSERT INTO tenants (slug, name) VALUES ('swarm', 'Swarm') RETURNING id::text`).Scan(&tenant))
+	tenant := factory.Tenant(b, d, "swarm", "Swarm")
 	acct, err := store.CreateAccount(ctx, tenant, fleet.AccountInput{Key: "swarm", BoardURL: "http://127.0.0.1:1", Client: "acme",
 		Username: "u", Password: "swarm-password", TOTPSecret: "JBSWY3DPEHPK3PXP"}, ops)
 	require.NoError(b, err)
