@@ -47,6 +47,16 @@ var (
 // Credentials are the account's credentials as the panel sent them.
 type Credentials = wire.Credentials
 
+// ShortErr is an error's text cut to 200 bytes, for a BookResult's Detail
+// (it travels to the panel and into the claim's history).
+func ShortErr(err error) string {
+	m := err.Error()
+	if len(m) > 200 {
+		m = m[:200]
+	}
+	return m
+}
+
 // BookResult is how one booking attempt ended, in the claim engine's terms.
 type BookResult struct {
 	// Result is wire.ResultConfirmed, ResultTaken, ResultNotSent or

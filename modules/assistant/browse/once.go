@@ -1,11 +1,9 @@
 package browse
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/proto"
+
+	"github.com/fleetwright/fleetwright/app/browser"
 )
 
 // maxWriteAnswer bounds an answer read back for the page (a confirmation
@@ -136,45 +136,31 @@ func (s *Session) sendOnce(h *rod.Hijack) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, h.Request.Method(), u.String(), bytes.NewReader(body))
-	if err != nil {
-		lose("not sent: " + err.Error())
-		return
-	}
-	// No GetBody: a client that may resend only what it can rewind has
-	// nothing to resend (Go's transport replays a request only if it can).
-	req.GetBody = nil
-	for k, v := range h.Request.Headers() {
-		req.Header.Set(k, v.String())
-	}
-	req.Header.Del("Accept-Encoding") // the transport asks for and decodes gzip itself
-	if c := cookieHeader(s.rb, u); c != "" {
-		req.Header.Set("Cookie", c)
-	}
-	resp, err := s.writes.RoundTrip(req)
-	if err != nil {
-		lose("no answer: " + err.Error())
-		return
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxWriteAnswer))
-	_ = resp.Body.Close()
-	if err != nil {
-		lose("answer cut off: " + err.Error())
-		return
-	}
-	setCookies(s.rb, u, resp)
-	for k, vs := range resp.Header {
-		switch http.CanonicalHeaderKey(k) {
-		case "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Content-Encoding", "Set-Cookie", "Trailer", "Upgrade":
-			continue
+	once := browser.Once{Send: s.writes.RoundTrip, MaxAnswer: maxWriteAnswer,
+		Cookie: func(u *url.URL) (string, error) { return cookieHeader(s.rb, u), nil },
+		// The transport asks for and decodes gzip itself.
+		Prepare: func(req *http.Request) { req.Header.Del("Accept-Encoding") }}
+	ans, err := once.Do(ctx, &proto.NetworkRequest{Method: h.Request.Method(), URL: u.String(), Headers: h.Request.Headers()}, body)
+	var oe *browser.OnceError
+	if errors.As(err, &oe) {
+		switch oe.Stage {
+		case browser.NotBuilt:
+			lose("not sent: " + oe.Err.Error())
+		case browser.CutOff:
+			lose("answer cut off: " + oe.Err.Error())
+		default:
+			lose("no answer: " + oe.Err.Error())
 		}
-		for _, v := range vs {
-			h.Response.SetHeader(k, v)
-		}
+		return
 	}
-	h.Response.Payload().ResponseCode = resp.StatusCode
-	h.Response.Payload().ResponsePhrase = http.StatusText(resp.StatusCode)
-	h.Response.SetBody(raw)
+	cookies, fulfil := ans.Fulfil()
+	if len(cookies) > 0 {
+		_ = s.rb.SetCookies(cookies)
+	}
+	// The router fulfils the paused request with this payload (its
+	// RequestID already set) once the filter returns.
+	p := h.Response.Payload()
+	p.ResponseCode, p.ResponsePhrase, p.ResponseHeaders, p.Body = fulfil.ResponseCode, fulfil.ResponsePhrase, fulfil.ResponseHeaders, fulfil.Body
 }
 
 // pausedBody is a paused request's body (the post data the browser hands
@@ -197,7 +183,7 @@ func cookieHeader(b *rod.Browser, u *url.URL) string {
 		return ""
 	}
 	host := strings.ToLower(u.Hostname())
-	var out []string
+	var out []*proto.NetworkCookie
 	for _, c := range cs {
 		d := strings.ToLower(strings.TrimPrefix(c.Domain, "."))
 		if host != d && !(strings.HasPrefix(c.Domain, ".") && strings.HasSuffix(host, "."+d)) {
@@ -213,23 +199,7 @@ func cookieHeader(b *rod.Browser, u *url.URL) string {
 		if !strings.HasPrefix(u.Path+"/", strings.TrimSuffix(p, "/")+"/") && u.Path != p {
 			continue
 		}
-		out = append(out, c.Name+"="+c.Value)
+		out = append(out, c)
 	}
-	return strings.Join(out, "; ")
-}
-
-// setCookies stores the cookies an answer set, as the browser would have.
-func setCookies(b *rod.Browser, u *url.URL, resp *http.Response) {
-	var set []*proto.NetworkCookieParam
-	for _, c := range resp.Cookies() {
-		p := &proto.NetworkCookieParam{Name: c.Name, Value: c.Value, URL: u.String(), Path: c.Path,
-			Domain: c.Domain, Secure: c.Secure, HTTPOnly: c.HttpOnly}
-		if !c.Expires.IsZero() {
-			p.Expires = proto.TimeSinceEpoch(c.Expires.Unix())
-		}
-		set = append(set, p)
-	}
-	if len(set) > 0 {
-		_ = b.SetCookies(set)
-	}
+	return browser.JoinCookies(out)
 }

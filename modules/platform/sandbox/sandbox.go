@@ -328,14 +328,14 @@ func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.G
 		}
 		if sentAt.IsZero() {
 			// Failed before the gate opened (could not connect): never sent.
-			return platform.BookResult{Result: wire.ResultNotSent, Detail: "not sent: " + shortErr(err)}
+			return platform.BookResult{Result: wire.ResultNotSent, Detail: "not sent: " + platform.ShortErr(err)}
 		}
-		return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "no answer: " + shortErr(err)}
+		return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "no answer: " + platform.ShortErr(err)}
 	}
 	raw, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	_ = resp.Body.Close()
 	if rerr != nil {
-		return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "answer cut off: " + shortErr(rerr)}
+		return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "answer cut off: " + platform.ShortErr(rerr)}
 	}
 	r := parseBook(resp.StatusCode, raw)
 	r.SentAt = sentAt
@@ -351,14 +351,6 @@ func (s *session) now() time.Time {
 		return s.opts.Clock.Now()
 	}
 	return time.Now()
-}
-
-func shortErr(err error) string {
-	m := err.Error()
-	if len(m) > 200 {
-		m = m[:200]
-	}
-	return m
 }
 
 // bookingsPage is how many bookings one request of the board's list asks
