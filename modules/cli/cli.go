@@ -98,8 +98,8 @@ type Table struct {
 // New returns the table of every command.
 func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
-		versionCommands(), migrateCommands(), backupCommands(), adminCommands(), auditCommands(), agentCommands(),
-		limitCommands(), retentionCommands(), privacyCommands(),
+		versionCommands(), migrateCommands(), adminCommands(), auditCommands(), agentCommands(),
+		limitCommands(), retentionCommands(), privacyCommands(), backupCommands(),
 		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
 		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
