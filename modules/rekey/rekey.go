@@ -151,7 +151,7 @@ func Rotate(ctx context.Context, app, owner *pgxpool.Pool, cols []vault.Column, 
 	if got := ring.SealingKeyID(); got != res.To {
 		return res, fmt.Errorf("rekey: the key ring seals with key %s, not the new key %s: is %s changing under the rotation?", got, res.To, vault.NextFile(o.KeyFile))
 	}
-	if err := audited(ctx, app, o.By, "vault.rotate-key.start", map[string]any{"from": res.From, "to": res.To}); err != nil {
+	if err := audited(ctx, app, o.By, "vault.rotate_key.start", map[string]any{"from": res.From, "to": res.To}); err != nil {
 		return res, err
 	}
 
@@ -194,7 +194,7 @@ func Rotate(ctx context.Context, app, owner *pgxpool.Pool, cols []vault.Column, 
 	if err := vault.Promote(o.KeyFile); err != nil {
 		return res, fmt.Errorf("rekey: %w (every value is sealed with key %s; run rotate-key again to finish)", err, res.To)
 	}
-	if err := audited(ctx, app, o.By, "vault.rotate-key.done", map[string]any{"from": res.From, "to": res.To, "resealed": res.Resealed}); err != nil {
+	if err := audited(ctx, app, o.By, "vault.rotate_key.done", map[string]any{"from": res.From, "to": res.To, "resealed": res.Resealed}); err != nil {
 		return res, err
 	}
 	if res.From != res.To {
@@ -491,7 +491,7 @@ func audited(ctx context.Context, app *pgxpool.Pool, by audit.Entry, action stri
 	if by.Actor == "" {
 		by.Actor = "cli"
 	}
-	if err := pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error { return audit.Append(ctx, tx, by) }); err != nil {
+	if err := audit.InSystem(ctx, app, func(tx pgx.Tx) error { return audit.Append(ctx, tx, by) }); err != nil {
 		return fmt.Errorf("rekey: %w", err)
 	}
 	return nil
