@@ -99,7 +99,7 @@ type Table struct {
 func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
 		versionCommands(), migrateCommands(), adminCommands(), auditCommands(), agentCommands(),
-		limitCommands(), retentionCommands(), privacyCommands(),
+		limitCommands(), retentionCommands(), privacyCommands(), backupCommands(),
 		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
 		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
