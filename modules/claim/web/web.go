@@ -274,12 +274,12 @@ type settingsModel struct {
 	Tenant      tenant.Tenant
 	FleetPaused bool
 	// Pause is the tenant's switch in words.
-	Pause   claim.PauseState
-	Filters []filterInput
-	Reviews     []claim.Review
-	Audit       []claim.AuditRecord
-	Grace       time.Duration
-	CanSteer    bool
+	Pause    claim.PauseState
+	Filters  []filterInput
+	Reviews  []claim.Review
+	Audit    []claim.AuditRecord
+	Grace    time.Duration
+	CanSteer bool
 	// Errors by form ("limits", "filter-new", "filter-<id>").
 	Errors     map[string]string
 	CapInput   string
