@@ -400,11 +400,9 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	if keyFile == "" {
 		keyFile = filepath.Join(cfg.DataDir, "secret.key")
 	}
-	key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
-	if err != nil {
-		return fmt.Errorf("panel: %w", err)
-	}
-	if p.vault, err = vault.New(key); err != nil {
+	// The key ring follows the key file and secret.key.next: a rotation
+	// reaches this replica without a restart (app/vault, ring.go).
+	if p.vault, err = vault.LoadRing(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == ""); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
 	// Operators' TOTP seeds stored in clear by an older version are sealed
@@ -589,7 +587,7 @@ func (p *Panel) startHTTP(ctx context.Context) (err error) {
 	p.hbStop = hbStop
 	go func() {
 		defer close(p.hbDone)
-		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, log)
+		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, p.vault.KeyIDs, log)
 	}()
 	log.Info("panel ready", "console", "http://"+p.srv.Addr()+"/", "data_dir", cfg.DataDir)
 	return nil
