@@ -52,8 +52,6 @@ func engineOn(t *testing.T, d *testenv.Database, lk claim.Lookuper, keys bool) (
 	return st, e
 }
 
-
-
 // TestRestoreNeverBooksTwice is the restore drill against the real sandbox
 // board in both idempotency modes: a load booked before a backup, two
 // booked and reported after it, one booked whose outcome stayed in the
