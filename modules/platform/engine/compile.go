@@ -353,28 +353,41 @@ type extractor struct {
 	re   *regexp.Regexp
 }
 
+func compileExtractor(name string, e spec.Extractor) (extractor, error) {
+	x := extractor{name: name, src: e}
+	var err error
+	switch {
+	case e.JSON != "":
+		x.desc = "json " + e.JSON
+	case e.HTML != "":
+		x.desc = "html " + e.HTML
+		if x.sel, err = cascadia.Compile(e.HTML); err != nil {
+			return x, fmt.Errorf("extract %s: %w", name, err)
+		}
+	case e.Header != "":
+		x.desc = "header " + e.Header
+	case e.Cookie != "":
+		x.desc = "cookie " + e.Cookie
+	}
+	if e.Regexp != "" {
+		if x.re, err = regexp.Compile(e.Regexp); err != nil {
+			return x, fmt.Errorf("extract %s: %w", name, err)
+		}
+		if x.desc == "" {
+			x.desc = "regexp"
+		} else {
+			x.desc += " and its regexp"
+		}
+	}
+	return x, nil
+}
+
 func compileExtracts(m map[string]spec.Extractor) ([]extractor, error) {
 	out := make([]extractor, 0, len(m))
 	for name, e := range m {
-		x := extractor{name: name, src: e}
-		var err error
-		switch {
-		case e.JSON != "":
-			x.desc = "json " + e.JSON
-		case e.HTML != "":
-			x.desc = "html " + e.HTML
-			if x.sel, err = cascadia.Compile(e.HTML); err != nil {
-				return nil, fmt.Errorf("extract %s: %w", name, err)
-			}
-		case e.Header != "":
-			x.desc = "header " + e.Header
-		case e.Cookie != "":
-			x.desc = "cookie " + e.Cookie
-		case e.Regexp != "":
-			x.desc = "regexp"
-			if x.re, err = regexp.Compile(e.Regexp); err != nil {
-				return nil, fmt.Errorf("extract %s: %w", name, err)
-			}
+		x, err := compileExtractor(name, e)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, x)
 	}
@@ -383,29 +396,37 @@ func compileExtracts(m map[string]spec.Extractor) ([]extractor, error) {
 }
 
 func (x extractor) value(a *answer) string {
+	v, sourced := "", true
 	switch {
 	case x.src.JSON != "":
-		return gjson.GetBytes(a.body, x.src.JSON).String()
+		v = gjson.GetBytes(a.body, x.src.JSON).String()
 	case x.sel != nil:
-		v, _ := selText(a.html().FindMatcher(x.sel).First(), x.src.Attr)
-		return v
+		v, _ = selText(a.html().FindMatcher(x.sel).First(), x.src.Attr)
 	case x.src.Header != "":
-		return a.header.Get(x.src.Header)
+		v = a.header.Get(x.src.Header)
 	case x.src.Cookie != "":
 		if a.cookies != nil {
-			return a.cookies(x.src.Cookie)
+			v = a.cookies(x.src.Cookie)
 		}
-	case x.re != nil:
-		m := x.re.FindSubmatch(a.body)
-		switch {
-		case m == nil:
-			return ""
-		case len(m) > 1:
-			return string(m[1])
-		}
-		return string(m[0])
+	default:
+		sourced = false
 	}
-	return ""
+	if x.re == nil {
+		return v
+	}
+	var m []string
+	if sourced {
+		m = x.re.FindStringSubmatch(v)
+	} else {
+		m = x.re.FindStringSubmatch(string(a.body))
+	}
+	switch {
+	case m == nil:
+		return ""
+	case len(m) > 1:
+		return m[1]
+	}
+	return m[0]
 }
 
 // extract reads every value into vars; a required one that came back

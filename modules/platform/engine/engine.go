@@ -110,7 +110,7 @@ type bookingFields struct {
 type result struct {
 	when   *cond
 	result string
-	idPath string
+	id     *extractor
 }
 
 var (
@@ -254,7 +254,15 @@ func (a *Adapter) compile() error {
 		if err != nil {
 			return err
 		}
-		a.results = append(a.results, result{when: w, result: r.Result, idPath: r.BookingID})
+		res := result{when: w, result: r.Result}
+		if r.BookingID != nil {
+			x, err := compileExtractor("booking_id", *r.BookingID)
+			if err != nil {
+				return err
+			}
+			res.id = &x
+		}
+		a.results = append(a.results, res)
 	}
 	b := s.Bookings
 	if a.bookings, err = compileListing("bookings", b.Request, b.Paging, b.Items, b.Order, b.OrderBy); err != nil {
