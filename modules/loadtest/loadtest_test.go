@@ -51,6 +51,11 @@ type report struct {
 		P50   float64 `json:"p50_ms"`
 		P95   float64 `json:"p95_ms"`
 		P99   float64 `json:"p99_ms"`
+		Clock *struct {
+			Measured int     `json:"measured"`
+			P50      float64 `json:"p50_ms"`
+			Max      float64 `json:"max_ms"`
+		} `json:"board_clock"`
 	} `json:"stages"`
 	Panel map[string]struct {
 		Count int     `json:"count"`

@@ -142,7 +142,7 @@ var typesV4 = append(append([]Type(nil), typesV3...),
 	TypeLeaseGrant, TypeGateCheck, TypeGateResult, TypeAssistantTask)
 
 // typesV5 adds version 5's messages to version 4's. Append only.
-var typesV5 = append(append([]Type(nil), typesV4...))
+var typesV5 = slices.Clone(typesV4)
 
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
