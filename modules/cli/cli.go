@@ -99,8 +99,8 @@ type Table struct {
 func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
 		versionCommands(), migrateCommands(), adminCommands(), auditCommands(), agentCommands(),
-		limitCommands(), retentionCommands(), privacyCommands(),
-		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
+		limitCommands(), retentionCommands(), privacyCommands(), backupCommands(),
+		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(), platformCommands(),
 		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
 }
