@@ -68,6 +68,7 @@ SELECT $1, $2, 'ACTING', nextval('claim_token'), $3, $4, gen_random_uuid(),
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  AND NOT claim_restore_held($1)
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
   AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
       AND NOT ` + reLeasable("x", "$6") + `)

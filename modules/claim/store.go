@@ -185,6 +185,9 @@ SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, gen_random_uuid(),
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  -- A restored database holds the tenant's leases until its bookings
+  -- have been looked up (restore.go).
+  AND NOT claim_restore_held($1)
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
   -- A loser that already sees a live claim stops here, without queueing
   -- for the row lock; the ON CONFLICT condition below still decides.
@@ -257,7 +260,8 @@ type leaseDiag struct {
 	rate                                                                      int64
 	state                                                                     *string
 	// blocked: a release that may not be leased again (given up, or not
-	// cleared by a fresh look-up after an UNKNOWN).
+	// cleared by a fresh look-up after an UNKNOWN), or a tenant held after
+	// a restore.
 	blocked bool
 }
 
@@ -268,7 +272,7 @@ SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
        j.job_key IS NULL OR ` + reviewOK + `, COALESCE(j.rate_cents, 0),
        (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2),
        COALESCE((SELECT x.state = 'RELEASED' AND NOT ` + reLeasable("x", "$3") + ` FROM claims x
-                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false)
+                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false) OR claim_restore_held($1)
 FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
 WHERE t.id = $1`
 
@@ -418,6 +422,12 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 // attempt of the job is never refused: it is applied as late evidence
 // (reportSlow); stale TAKEN, NOT_SENT and UNKNOWN are refused.
 func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h Holder, o Outcome) error {
+	return s.report(ctx, tenant, key, token, h, o, true)
+}
+
+// report is Report; lost says whether an outcome of a lease a restore lost
+// is still to be recognised (reportLost reports with it false).
+func (s *Store) report(ctx context.Context, tenant, key string, token int64, h Holder, o Outcome, lost bool) error {
 	var set string
 	switch o.Result {
 	case Confirmed:
@@ -465,6 +475,15 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 		return fmt.Errorf("claim: report %s: %w", key, err)
 	}
 	if n == 0 {
+		// A lease of the history a restore lost: evidence, not refused.
+		if lost {
+			if yes, err := s.lostToken(ctx, token); err != nil || yes {
+				if err != nil {
+					return err
+				}
+				return s.reportLost(ctx, tenant, key, token, h, o)
+			}
+		}
 		// A CONFIRMED of another attempt, a claim marked late_evidence, or
 		// a refusal: decided under the claim's lock.
 		return s.reportSlow(ctx, tenant, key, token, h, o)
