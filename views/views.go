@@ -2,7 +2,11 @@
 // module keeps its own pages beside its handlers.
 package views
 
-import "github.com/fleetwright/fleetwright/app/page"
+import (
+	"strconv"
+
+	"github.com/fleetwright/fleetwright/app/page"
+)
 
 // NavItem is one link in the console's sidebar (app/page).
 type NavItem = page.NavItem
@@ -32,4 +36,19 @@ func TenantTabs(slug, active string) []Tab {
 		tabs[i].Active = tabs[i].Href == active
 	}
 	return tabs
+}
+
+// Attention is what needs a person now (app/page).
+type Attention = page.Attention
+
+// AttentionItem is one line of the attention strip (app/page).
+type AttentionItem = page.AttentionItem
+
+// TabTitle is the browser tab's title: the count of what needs a person
+// first, then the page.
+func TabTitle(title string, a *Attention) string {
+	if n := a.Count(); n > 0 {
+		return "(" + strconv.Itoa(n) + ") " + title + " · Fleetwright"
+	}
+	return title + " · Fleetwright"
 }

@@ -29,4 +29,41 @@ type Page struct {
 	Flashes []Flash
 	// SignOutURL is the sign-out action on the right of the top bar.
 	SignOutURL string
+	// Attention is the strip of what needs a person (nil: none shown).
+	Attention *Attention
+}
+
+// Attention is what needs a person now: the strip at the top of every
+// console page and the overview's first row. Its count leads the browser
+// tab's title, so a tab left open in the background still says it.
+type Attention struct {
+	Items []AttentionItem
+	// Refresh is the path the strip reloads itself from (htmx); empty: it
+	// does not reload.
+	Refresh string
+	// Failed says some of it could not be read (the rest still shows).
+	Failed bool
+	// AllClear shows a line saying so when nothing needs a person (the
+	// overview); other pages show nothing then.
+	AllClear bool
+}
+
+// AttentionItem is one line of the strip: what is wrong, in words, and the
+// page where it is put right.
+type AttentionItem struct {
+	// Severity is bad (act now), warn (act soon) or info.
+	Severity string
+	Text     string
+	Href     string
+	// Tenant names the tenant when the user reaches several ("" for the
+	// installation's own).
+	Tenant string
+}
+
+// Count is how many lines need a person.
+func (a *Attention) Count() int {
+	if a == nil {
+		return 0
+	}
+	return len(a.Items)
 }

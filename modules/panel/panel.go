@@ -400,11 +400,9 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	if keyFile == "" {
 		keyFile = filepath.Join(cfg.DataDir, "secret.key")
 	}
-	key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
-	if err != nil {
-		return fmt.Errorf("panel: %w", err)
-	}
-	if p.vault, err = vault.New(key); err != nil {
+	// The key ring follows the key file and secret.key.next: a rotation
+	// reaches this replica without a restart (app/vault, ring.go).
+	if p.vault, err = vault.LoadRing(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == ""); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
 	// Operators' TOTP seeds stored in clear by an older version are sealed
@@ -581,7 +579,7 @@ func (p *Panel) startHTTP(ctx context.Context) (err error) {
 		return err
 	}
 	addr := p.srv.Addr()
-	p.heartbeat = loop.New(func(ctx context.Context) { heartbeat(ctx, p.DB, p.ReplicaID, addr, cfg.Version, log) })
+	p.heartbeat = loop.New(func(ctx context.Context) { heartbeat(ctx, p.DB, p.ReplicaID, addr, cfg.Version, p.vault.KeyIDs, log) })
 	if err := p.heartbeat.Start(ctx); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
