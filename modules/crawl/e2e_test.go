@@ -38,15 +38,16 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // fleet is a panel binary and crawler agents of tenant "acme".
 type crawlFleet struct {
-	t      testing.TB
-	agents []int // the agent processes' pids
-	bin    string
-	d      *testenv.Database
-	tenant string
-	dir    string
-	base   string // the panel's URL
-	key    string // the panel's vault key (hex)
-	fleet  *fleet.Store
+	t       testing.TB
+	agents  []int // the agent processes' pids
+	bin     string
+	d       *testenv.Database
+	tenant  string
+	dir     string
+	base    string // the panel's URL
+	metrics string // the panel's metrics URL
+	key     string // the panel's vault key (hex)
+	fleet   *fleet.Store
 }
 
 func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
@@ -79,6 +80,7 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
 	f.base = base
+	f.metrics = panel.MetricsURL(time.Minute)
 	for agentID, tok := range tokens {
 		state := filepath.Join(f.dir, "agent-"+agentID)
 		require.NoError(t, os.MkdirAll(state, 0o700))
@@ -471,7 +473,7 @@ politeness: {concurrency: 1, delay: 300ms, jitter: 0}
 		}
 
 		// Completions per worker kind reach the metrics.
-		res, err := http.Get(f.base + "/metrics")
+		res, err := http.Get(f.metrics)
 		require.NoError(t, err)
 		metrics, _ := io.ReadAll(res.Body)
 		res.Body.Close()

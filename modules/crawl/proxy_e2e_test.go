@@ -296,7 +296,7 @@ proxy_pool: %s
 	// The costs reach the panel's metrics: the bytes the pool carried, and
 	// the seconds the crawlers' browsers were open for the browser run.
 	metric := func(re string) float64 {
-		res, err := http.Get(f.base + "/metrics")
+		res, err := http.Get(f.metrics)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
