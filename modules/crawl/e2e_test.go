@@ -226,7 +226,7 @@ func TestCrawlCatalogue(t *testing.T) {
 	f := startFleet(t, ctx, 2)
 	hosts := []string{"127.0.0.21", "127.0.0.22", "127.0.0.23"}
 	cat, port := startCatalog(t, catalog.Config{Hosts: hosts, Items: 400, Rate: 100, Burst: 50, CrawlDelay: 0.02})
-	out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port))
+	out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port))
 	require.Equal(t, 0, code, out)
 
 	t.Run("http", func(t *testing.T) {
@@ -286,7 +286,7 @@ limits: {concurrency: 6}
 
 	t.Run("retry-after", func(t *testing.T) {
 		slow, sport := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.24"}, Items: 120, Rate: 4, Burst: 2, RetryAfter: time.Second})
-		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port), fmt.Sprintf("--port=%d", sport))
+		out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port), fmt.Sprintf("--allow=127.0.0.0/8:%d", sport))
 		require.Equal(t, 0, code, out)
 		f.apply("cat-slow", fmt.Sprintf(`version: 1
 name: cat-slow
@@ -313,7 +313,7 @@ politeness: {concurrency: 1, delay: 20ms, retries: 10, backoff_base: 100ms, back
 
 	t.Run("browser", func(t *testing.T) {
 		js, jport := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.25"}, Items: 60})
-		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port), fmt.Sprintf("--port=%d", jport))
+		out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port), fmt.Sprintf("--allow=127.0.0.0/8:%d", jport))
 		require.Equal(t, 0, code, out)
 		job := fmt.Sprintf(`version: 1
 name: cat-js
