@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/audit"
 )
 
@@ -279,6 +280,13 @@ func (o Options) copySecrets(tmp string, m *Manifest) error {
 			return err
 		}
 		m.SecretKey = "included: " + keyFile
+		// A rotation under way: some values open only with the next key.
+		if _, err := os.Stat(vault.NextFile(keyPath)); err == nil {
+			if err := copyFile(vault.NextFile(keyPath), filepath.Join(tmp, nextKeyFile), 0o600); err != nil {
+				return err
+			}
+			m.SecretKey += " and " + nextKeyFile + " (a key rotation was under way: both keys travel; run admin rotate-key after restoring to finish it)"
+		}
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("backup: no secret key at %s: without it every sealed credential in the backup is lost; give the panel's --secret-key-file (or FLEET_SECRET_KEY)", keyPath)
 	default:

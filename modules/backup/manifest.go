@@ -45,7 +45,10 @@ const (
 	dumpFile   = "database.dump"
 	clusterDir = "postgres"
 	keyFile    = "secret.key"
-	anchorFile = "audit/anchors.log"
+	// nextKeyFile is the key a rotation under way moves to (app/vault):
+	// values already re-sealed open only with it.
+	nextKeyFile = "secret.key.next"
+	anchorFile  = "audit/anchors.log"
 )
 
 // Manifest describes one backup.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
+	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/migrations"
 	"github.com/fleetwright/fleetwright/modules/audit"
 )
@@ -144,6 +145,13 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 		written = append(written, dst)
 		if err := copyFile(filepath.Join(o.From, keyFile), dst, 0o600); err != nil {
 			return r, err
+		}
+		if m.has(nextKeyFile) {
+			dst := vault.NextFile(dst)
+			written = append(written, dst)
+			if err := copyFile(filepath.Join(o.From, nextKeyFile), dst, 0o600); err != nil {
+				return r, err
+			}
 		}
 	}
 	if m.has(anchorFile) || anchors != nil {

@@ -253,4 +253,22 @@ func TestBackupAndRestoreOfAnExternalDatabase(t *testing.T) {
 	require.NoError(t, empty.Owner.QueryRow(ctx, `SELECT count(*) FROM restores`).Scan(&n))
 	require.Equal(t, 1, n)
 	require.FileExists(t, filepath.Join(into, "secret.key"))
+	require.NoFileExists(t, vault.NextFile(filepath.Join(into, "secret.key")))
+
+	// Taken while a key rotation runs, a backup carries both keys (values
+	// already re-sealed open only with the next one), and the restore puts
+	// both back.
+	next, err := vault.WriteNext(filepath.Join(b.dataDir, "secret.key"))
+	require.NoError(t, err)
+	during := filepath.Join(t.TempDir(), "b")
+	r = run(t, "", "backup", "--database-url="+b.d.SuperURL, "--data-dir="+b.dataDir, "--to="+during)
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "a key rotation was under way")
+	empty2 := testenv.EmptyDB(t)
+	into2 := t.TempDir()
+	r = run(t, "", "restore", "--from="+during, "--database-url="+empty2.SuperURL, "--data-dir="+into2)
+	require.Equal(t, 0, r.code, r)
+	_, gotNext, err := vault.ReadRing(filepath.Join(into2, "secret.key"))
+	require.NoError(t, err)
+	require.Equal(t, next, gotNext)
 }

@@ -1329,7 +1329,7 @@ func Rows(m PageModel) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 119, "\" onsubmit=\"return confirm('Retire this agent? It wipes its credentials and stops for good.')\"><button class=\"danger\" type=\"submit\">Retire</button></form></div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 119, "\"><button class=\"danger\" type=\"submit\" data-testid=\"retire\">Retire</button></form></div>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

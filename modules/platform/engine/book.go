@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
-
-	"github.com/tidwall/gjson"
 
 	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/platform/spec"
@@ -40,9 +37,7 @@ func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.G
 		return nil
 	}
 	req = req.WithContext(platform.WithGate(ctx, g))
-	hc := *s.hc
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := hc.Do(req)
+	resp, err := s.once.Do(req)
 	if err != nil {
 		if errors.Is(err, platform.ErrNotSent) {
 			return platform.BookResult{Result: wire.ResultNotSent, Detail: "local deadline passed before sending"}
@@ -84,12 +79,15 @@ func (a *Adapter) readBook(ans *answer, d data) platform.BookResult {
 		}
 		switch r.result {
 		case spec.ResultConfirmed:
-			id := gjson.GetBytes(ans.body, r.idPath)
-			if !id.Exists() || id.String() == "" {
-				return platform.BookResult{Result: wire.ResultUnknown,
-					Detail: fmt.Sprintf("HTTP %d: the answer matched the confirmed rule but field booking_id (path %s) came back empty: the answer's shape changed", ans.status, r.idPath)}
+			id := ""
+			if r.id != nil {
+				id = r.id.value(ans)
 			}
-			return platform.BookResult{Result: wire.ResultConfirmed, BookingID: id.String(), Detail: "confirmed"}
+			if id == "" {
+				return platform.BookResult{Result: wire.ResultUnknown,
+					Detail: fmt.Sprintf("HTTP %d: the answer matched the confirmed rule but field booking_id (%s) came back empty: the answer's shape changed", ans.status, r.id.desc)}
+			}
+			return platform.BookResult{Result: wire.ResultConfirmed, BookingID: id, Detail: "confirmed"}
 		case spec.ResultTaken:
 			return platform.BookResult{Result: wire.ResultTaken, Detail: "taken by another client"}
 		case spec.ResultCaptcha:

@@ -75,8 +75,9 @@ type Request struct {
 	ContentType string `yaml:"content_type"`
 }
 
-// Extractor reads one value from a response: exactly one of JSON, HTML,
-// Header, Cookie or Regexp.
+// Extractor reads one value from a response: at most one of JSON, HTML,
+// Header or Cookie, and Regexp alone (on the body) or after one of them
+// (on its value).
 type Extractor struct {
 	// JSON is a gjson path into the body.
 	JSON string `yaml:"json"`
@@ -88,8 +89,9 @@ type Extractor struct {
 	Header string `yaml:"header"`
 	// Cookie is the name of a cookie the response set.
 	Cookie string `yaml:"cookie"`
-	// Regexp is matched against the body: the first group, or the whole
-	// match when it has none.
+	// Regexp is matched against the body, or against the value of the
+	// source it follows: the first group, or the whole match when it has
+	// none.
 	Regexp string `yaml:"regexp"`
 	// Optional: an empty value is not an error.
 	Optional bool `yaml:"optional"`
@@ -328,9 +330,10 @@ type Booking struct {
 type ResultRule struct {
 	When   Cond   `yaml:"when"`
 	Result string `yaml:"result"`
-	// BookingID is the gjson path of the booking id (confirmed: required,
-	// and an answer without it is UNKNOWN).
-	BookingID string `yaml:"booking_id"`
+	// BookingID reads the booking id (confirmed: required, and an answer
+	// without it is UNKNOWN): from the JSON body, the HTML, a header such
+	// as Location with a regexp, …
+	BookingID *Extractor `yaml:"booking_id"`
 }
 
 // Bookings is the look-up of the client's bookings, one page a call.

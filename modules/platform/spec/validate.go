@@ -244,10 +244,13 @@ func (v *validator) booking(s *Spec, sc scope) {
 			v.cond(p+".when", &r.When, sc)
 		}
 		switch {
+		case r.Result == ResultConfirmed && r.BookingID == nil:
+			confirmed = true
+			v.add(p+".booking_id", "missing; say where the booking id is (e.g. {json: booking.id})")
 		case r.Result == ResultConfirmed:
 			confirmed = true
-			v.jsonPath(p+".booking_id", r.BookingID, true)
-		case r.BookingID != "":
+			v.extractor(p+".booking_id", *r.BookingID)
+		case r.BookingID != nil:
 			v.add(p+".booking_id", "only a confirmed rule reads a booking id")
 		}
 	}
@@ -506,43 +509,48 @@ func (v *validator) match(p string, m *Match, sc scope) {
 
 func (v *validator) extracts(p string, m map[string]Extractor) {
 	for _, name := range sortedX(m) {
-		e := m[name]
 		ep := p + "." + name
 		if !varRe.MatchString(name) {
 			v.add(ep, "%q: name a value with lower case letters, digits and _", name)
 		}
-		n := 0
-		if e.JSON != "" {
-			n++
-			v.jsonPath(ep+".json", e.JSON, true)
+		v.extractor(ep, m[name])
+	}
+}
+
+func (v *validator) extractor(ep string, e Extractor) {
+	n := 0
+	if e.JSON != "" {
+		n++
+		v.jsonPath(ep+".json", e.JSON, true)
+	}
+	if e.HTML != "" {
+		n++
+		v.css(ep+".html", e.HTML)
+	}
+	if e.Attr != "" && e.HTML == "" {
+		v.add(ep+".attr", "only with html")
+	}
+	if e.Header != "" {
+		n++
+		if !tokenRe.MatchString(e.Header) {
+			v.add(ep+".header", "%q is not a header name", e.Header)
 		}
-		if e.HTML != "" {
-			n++
-			v.css(ep+".html", e.HTML)
+	}
+	if e.Cookie != "" {
+		n++
+	}
+	if e.Regexp != "" {
+		if re, err := regexp.Compile(e.Regexp); err != nil {
+			v.add(ep+".regexp", "%q is not a valid regular expression: %v", e.Regexp, err)
+		} else if re.NumSubexp() > 1 {
+			v.add(ep+".regexp", "%q has %d groups; give one (the value) or none (the whole match)", e.Regexp, re.NumSubexp())
 		}
-		if e.Attr != "" && e.HTML == "" {
-			v.add(ep+".attr", "only with html")
-		}
-		if e.Header != "" {
-			n++
-			if !tokenRe.MatchString(e.Header) {
-				v.add(ep+".header", "%q is not a header name", e.Header)
-			}
-		}
-		if e.Cookie != "" {
-			n++
-		}
-		if e.Regexp != "" {
-			n++
-			if re, err := regexp.Compile(e.Regexp); err != nil {
-				v.add(ep+".regexp", "%q is not a valid regular expression: %v", e.Regexp, err)
-			} else if re.NumSubexp() > 1 {
-				v.add(ep+".regexp", "%q has %d groups; give one (the value) or none (the whole match)", e.Regexp, re.NumSubexp())
-			}
-		}
-		if n != 1 {
-			v.add(ep, "say where the value is: one of json, html, header, cookie or regexp")
-		}
+	}
+	switch {
+	case n > 1:
+		v.add(ep, "say where the value is: one of json, html, header or cookie (a regexp may follow it)")
+	case n == 0 && e.Regexp == "":
+		v.add(ep, "say where the value is: json, html, header, cookie or regexp")
 	}
 }
 
