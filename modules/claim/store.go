@@ -178,10 +178,10 @@ func reLeasable(a, p string) string {
 // expiry, the daily cap and review are read in the same statement.
 var leaseSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
-                    lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, load_expires_at, cell)
+                    lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, board_clock_error_ms, load_expires_at, cell)
 SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, gen_random_uuid(),
        clock_timestamp() + make_interval(secs => $5), clock_timestamp(),
-       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.expires_at, j.cell
+       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.board_clock_error_ms, j.expires_at, j.cell
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
@@ -202,6 +202,7 @@ ON CONFLICT (tenant_id, target_job_key) DO UPDATE SET
     lease_expires_at = EXCLUDED.lease_expires_at, leased_at = EXCLUDED.leased_at,
     published_at = EXCLUDED.published_at, seen_at = EXCLUDED.seen_at,
     queued_at = EXCLUDED.queued_at, clock_error_ms = EXCLUDED.clock_error_ms,
+    board_clock_error_ms = EXCLUDED.board_clock_error_ms,
     load_expires_at = EXCLUDED.load_expires_at, cell = EXCLUDED.cell,
     act_deadline = NULL, act_started_at = NULL, act_sent_at = NULL, confirmed_at = NULL,
     outcome = NULL, outcome_detail = NULL, settled_at = NULL, attempts = c.attempts + 1,
@@ -611,19 +612,22 @@ type Claim struct {
 	// to be settled so); EvidenceToken is the attempt whose booking it is.
 	LateEvidence  bool
 	EvidenceToken *int64
+	// BoardClockErrorMS bounds publish → detect (nil: the platform's
+	// clock was not measured; see migrations/0225_board_clock.sql).
+	BoardClockErrorMS *int64
 }
 
 const claimCols = `tenant_id::text, target_job_key, state, token, holder_agent::text, holder_worker, operation_id::text,
 	COALESCE(outcome, ''), COALESCE(outcome_detail, ''), attempts, COALESCE(cell, ''), COALESCE(clock_error_ms, 0),
 	leased_at, lease_expires_at, act_started_at, act_sent_at, confirmed_at, settled_at,
-	published_at, seen_at, queued_at, load_expires_at, late_evidence, evidence_token`
+	published_at, seen_at, queued_at, load_expires_at, late_evidence, evidence_token, board_clock_error_ms`
 
 func scanClaim(r pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	err := r.Scan(&c.Tenant, &c.Key, &c.State, &c.Token, &c.Holder.Agent, &c.Holder.Worker, &c.OperationID,
 		&c.Outcome, &c.Detail, &c.Attempts, &c.Cell, &c.ClockErrorMS,
 		&c.LeasedAt, &c.LeaseExpiresAt, &c.ActStartedAt, &c.ActSentAt, &c.ConfirmedAt, &c.SettledAt,
-		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt, &c.LateEvidence, &c.EvidenceToken)
+		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt, &c.LateEvidence, &c.EvidenceToken, &c.BoardClockErrorMS)
 	return c, err
 }
 

@@ -68,6 +68,7 @@ func TestClaimPagesAreConsolePages(t *testing.T) {
 	require.Contains(t, body, `data-testid="latency-actor-7"`)
 	require.Contains(t, body, `data-testid="hist-detect_action"`)
 	require.Contains(t, body, `data-testid="series-detect_action"`)
+	require.Contains(t, body, "platform clock not measured", "publish → detect says its sighting carried no reading of the board's clock")
 	res, body = paneltest.Do(t, vc, "GET", base+"/latency.csv?window=1h", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.True(t, strings.HasPrefix(body, "job,state,cell,worker,token"))
