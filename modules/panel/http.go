@@ -16,6 +16,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	auditweb "github.com/fleetwright/fleetwright/modules/audit/web"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	claimweb "github.com/fleetwright/fleetwright/modules/claim/web"
@@ -30,17 +31,21 @@ import (
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	tenantweb "github.com/fleetwright/fleetwright/modules/tenant/web"
 	"github.com/fleetwright/fleetwright/static"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 // HTTPDeps are what the panel's HTTP side is built from.
 type HTTPDeps struct {
-	DB      *pgxpool.Pool
-	Health  *server.Health
-	Reg     *prometheus.Registry
-	Log     *slog.Logger
-	Version string
-	Clock   clock.Clock
-	Session account.Config
+	DB     *pgxpool.Pool
+	Health *server.Health
+	Reg    *prometheus.Registry
+	// MetricsToken, when set, serves /metrics on this router behind
+	// "Authorization: Bearer <token>".
+	MetricsToken string
+	Log          *slog.Logger
+	Version      string
+	Clock        clock.Clock
+	Session      account.Config
 	// AgentGateway serves /agent/ws; agents authenticate inside its
 	// handshake with their own tokens, not with console sessions.
 	AgentGateway http.Handler
@@ -73,8 +78,9 @@ type HTTP struct {
 
 // KernelRoutes are the routes mounted by app/ packages, which cannot import
 // modules/auth to declare a permission: all public by design (health and
-// readiness for load balancers, metrics for the scraper — Caddy keeps it
-// off the internet — and cache-busted assets). The route-walk test accepts
+// readiness for load balancers, metrics for the scraper — on the console's
+// port only with --metrics-token-file, and then behind its bearer token —
+// and cache-busted assets). The route-walk test accepts
 // these and nothing else without a declared permission.
 var KernelRoutes = map[string]bool{
 	"GET /healthz": true, "GET /readyz": true, "GET /metrics": true,
@@ -90,16 +96,23 @@ var KernelRoutes = map[string]bool{
 func NewHTTP(d HTTPDeps) *HTTP {
 	r := server.NewRouter(d.Log, d.Reg)
 	r.Use(server.RealIP(d.TrustedProxies))
-	server.Mount(r, d.Health, d.Reg)
+	// Error pages render in the console's layout; auth only calls it.
+	r.Use(auth.Pages(views.RenderError))
+	if d.Vault != nil {
+		// Audit entries made under these routes (the agent gateway's
+		// included) hash the client's address with keys sealed by the
+		// same vault.
+		r.Use(audit.NewAddressKeys(d.DB, d.Vault, d.Clock).Middleware)
+	}
+	server.Mount(r, d.Health)
+	if d.MetricsToken != "" {
+		// On the console's port only behind the token; without one,
+		// metrics live on their own listener (--metrics-listen).
+		r.Handle("/metrics", server.MetricsHandler(d.Reg, d.MetricsToken))
+	}
 	static.Mount(r)
 	if d.AgentGateway != nil {
 		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))
-	}
-	if d.Vault != nil {
-		// Audit entries made through these handlers hash the client's
-		// address with keys sealed by the same vault (Start does the same
-		// for the agent gateway; registering twice is harmless).
-		audit.UseAddressKeys(audit.NewAddressKeys(d.DB, d.Vault, d.Clock))
 	}
 	shell := auth.NewShell()
 	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log, Vault: d.Vault})
@@ -117,7 +130,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 			notify.Mount(r, notify.Deps{Notifier: d.Notifier, Shell: shell, Log: d.Log})
 		}
 		acct.Mount(r)
-		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		auditweb.Mount(r, auditweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenantweb.Mount(r, tenantweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
 			fleetweb.Mount(r, fleetweb.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
