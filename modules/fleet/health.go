@@ -102,7 +102,7 @@ var healthLabels = map[string]string{"worker.hung": "hung", "worker.crash_loop":
 // worker alarms are keyed "<agent id>/<worker>", agent ones "<agent id>".
 func markHealth(ctx context.Context, tx pgx.Tx, byID map[string]*AgentView) error {
 	rows, err := tx.Query(ctx, `SELECT kind, key, summary FROM alarms
-		WHERE resolved_at IS NULL AND kind IN ('worker.hung', 'worker.crash_loop', 'agent.crash_loop')`)
+		WHERE resolved_at IS NULL AND kind IN ('worker.hung', 'worker.crash_loop', 'agent.crash_loop', 'agent.offline')`)
 	if err != nil {
 		return err
 	}
@@ -119,6 +119,10 @@ func markHealth(ctx context.Context, tx pgx.Tx, byID map[string]*AgentView) erro
 		}
 		if kind == "agent.crash_loop" {
 			a.CrashLoop = true
+			continue
+		}
+		if kind == "agent.offline" {
+			a.Offline = summary
 			continue
 		}
 		if a.Health == nil {

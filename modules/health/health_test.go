@@ -295,3 +295,92 @@ func TestParseHungAfter(t *testing.T) {
 		require.Contains(t, err.Error(), "kind=duration")
 	}
 }
+
+// TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept: an agent whose
+// connection stays open but that sends nothing (a frozen process) raises
+// agent.offline once it is silent past its allowance; the fleet page shows
+// its workers unknown with when and why, never running; the alarm resolves
+// when it is heard from again, and both ends of the outage stay in its
+// events and in the alarm's history.
+func TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	started := b.clk.Now().Add(-time.Hour)
+	watcher := wire.WorkerState{Name: "watcher-1", Kind: "watcher", State: wire.WorkerRunning, OldestTaskAgeMillis: ms(0)}
+	b.report(t, started, watcher)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	silence := func(d time.Duration) {
+		require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE agents SET last_seen = now() - make_interval(secs => $1), state_at = now() - make_interval(secs => $1)`, d.Seconds())
+			return err
+		}))
+	}
+	// Within its allowance it is not offline.
+	silence(80 * time.Second)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	silence(4*time.Minute + 59*time.Second)
+	b.sweep(t)
+	b.sweep(t)
+	open := b.open(t, b.tenant)
+	require.Len(t, open, 1)
+	off := open["agent.offline "+b.agent.ID]
+	require.Equal(t, alarm.Critical, off.Severity)
+	require.Contains(t, off.Summary, "agent agent-1 is offline: not heard from since ")
+	require.Contains(t, off.Summary, "(4m59s ago; allowance 1m30s); its workers are unknown")
+	require.Contains(t, off.Detail, "its connection is still open but it has sent nothing")
+
+	fl, err := b.fl.List(ctx, b.tenant)
+	require.NoError(t, err)
+	a := fl.Agents[0]
+	require.Equal(t, off.Summary, a.Offline)
+	state, detail := a.WorkerShown(a.State.Workers[0])
+	require.Equal(t, fleet.WorkerUnknown, state, "a silent agent's worker is never shown running")
+	require.Contains(t, detail, "last heard from "+a.LastSeen.UTC().Format("2006-01-02 15:04:05 UTC"))
+	require.Contains(t, detail, "reporting running")
+	require.Contains(t, detail, "not heard from since")
+	counts, err := alarm.Counts(ctx, b.d.App)
+	require.NoError(t, err)
+	require.Contains(t, counts, alarm.Count{Kind: "agent.offline", Severity: alarm.Critical, Open: 1})
+
+	// It comes back: the alarm resolves, the outage stays in its history.
+	b.report(t, started, watcher)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+	fl, err = b.fl.List(ctx, b.tenant)
+	require.NoError(t, err)
+	a = fl.Agents[0]
+	require.Empty(t, a.Offline)
+	state, _ = a.WorkerShown(a.State.Workers[0])
+	require.Equal(t, wire.WorkerRunning, state)
+	var kinds, msgs []string
+	for _, e := range a.Events {
+		kinds, msgs = append(kinds, e.Kind), append(msgs, e.Message)
+	}
+	require.Equal(t, []string{"agent.back", "agent.offline"}, kinds, "one event each way, newest first")
+	require.Regexp(t, `^back online after 4m5[89]s without a word \(\d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC\)$`, msgs[0])
+	require.Regexp(t, `^offline: not heard from since \d\d:\d\d:\d\d UTC$`, msgs[1])
+	var history []string
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT e.event FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id WHERE a.kind = 'agent.offline' ORDER BY e.id`)
+		if err != nil {
+			return err
+		}
+		history, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	require.Equal(t, []string{"raised", "resolved"}, history)
+
+	// Disconnected and silent: the reason says so.
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false`)
+		return err
+	}))
+	silence(2 * time.Minute)
+	b.sweep(t)
+	off = b.open(t, b.tenant)["agent.offline "+b.agent.ID]
+	require.Contains(t, off.Detail, "it disconnected and has not come back")
+}

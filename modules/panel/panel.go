@@ -357,6 +357,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	p.Redis = redis.NewClient(ropts)
 
 	p.Health = server.NewHealth(p.Reg)
+	server.RegisterBuildInfo(p.Reg, cfg.Version)
 	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
 	p.Health.Add(server.DiskCheck(cfg.DataDir))
 	// A cell's Redis is reported, never fatal to readiness: a failing cell
@@ -521,6 +522,13 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		defer p.bg.Done()
 		// Assign mode: this replica's warm actors, published every second.
 		p.Claims.RunWarm(bgCtx)
+	}()
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		// fleet_dependency_up follows the dependencies between scrapes,
+		// not only when someone asks /readyz.
+		p.Health.Watch(bgCtx, 10*time.Second, 2*time.Second)
 	}()
 
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
