@@ -260,25 +260,41 @@ func TestWorkerMetricsAreExported(t *testing.T) {
 	op := wire.Operation{ID: "op-1", JobKey: "LD-1", Outcome: "CONFIRMED", FinishedAt: time.Unix(1_800_000_000, 0)}
 	b.report(t, time.Now(), wire.WorkerState{Name: "actor-1", Kind: "http_actor", State: wire.WorkerRunning, Restarts: 2,
 		OldestTaskAgeMillis: ms(4 * time.Second), LastOperation: &op})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(health.Collector(b.d.App, testenv.Logger(t)))
-	mfs, err := reg.Gather()
+	pool, err := db.Open(context.Background(), b.d.AppURL, 2)
 	require.NoError(t, err)
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var l []string
-			for _, p := range m.GetLabel() {
-				l = append(l, p.GetName()+"="+p.GetValue())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(health.Collector(pool, testenv.Logger(t)))
+	gather := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				var l []string
+				for _, p := range m.GetLabel() {
+					l = append(l, p.GetName()+"="+p.GetValue())
+				}
+				got[mf.GetName()+"{"+strings.Join(l, ",")+"}"] = m.GetGauge().GetValue()
 			}
-			got[mf.GetName()+"{"+strings.Join(l, ",")+"}"] = m.GetGauge().GetValue()
+		}
+		return got
+	}
+	check := func(got map[string]float64, up float64) {
+		t.Helper()
+		labels := "{agent=agent-1,kind=http_actor,tenant=acme,worker=actor-1}"
+		require.InDelta(t, 4, got["fleet_worker_oldest_task_seconds"+labels], 2)
+		require.Equal(t, 1_800_000_000.0, got["fleet_worker_last_operation_timestamp_seconds"+labels])
+		require.Equal(t, 2.0, got["fleet_worker_restarts"+labels])
+		require.Equal(t, 1.0, got["fleet_worker_running"+labels])
+		for _, src := range []string{"workers", "queues"} {
+			require.Equal(t, up, got["fleet_db_gauges_up{source="+src+"}"], src)
+			require.InDelta(t, float64(time.Now().Unix()), got["fleet_db_gauges_last_success_timestamp_seconds{source="+src+"}"], 60, src)
 		}
 	}
-	labels := "{agent=agent-1,kind=http_actor,tenant=acme,worker=actor-1}"
-	require.InDelta(t, 4, got["fleet_worker_oldest_task_seconds"+labels], 2)
-	require.Equal(t, 1_800_000_000.0, got["fleet_worker_last_operation_timestamp_seconds"+labels])
-	require.Equal(t, 2.0, got["fleet_worker_restarts"+labels])
-	require.Equal(t, 1.0, got["fleet_worker_running"+labels])
+	check(gather(), 1)
+	// The database out of reach: the last figures stay, marked stale.
+	pool.Close()
+	check(gather(), 0)
 }
 
 func TestParseHungAfter(t *testing.T) {
