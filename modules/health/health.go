@@ -20,7 +20,10 @@
 //   - the panel's River queues: the oldest available job older than 5
 //     minutes, or the oldest running job (outside the schedule queue, whose
 //     runs hold their own leases) older than 30 minutes → queue.stuck;
-//   - cells: a failing cell → cell.failing.
+//   - cells: a failing cell → cell.failing;
+//   - agents: one not heard from past its heartbeat allowance
+//     (DefaultOfflineAfter, 90 s), connected or not → agent.offline, with
+//     an agent event at each end of the outage (outages).
 //
 // Each alarm resolves itself at the first sweep that no longer sees its
 // condition.
