@@ -2,6 +2,7 @@ package health_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -361,6 +362,9 @@ func TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept(t *testing.T) {
 	counts, err := alarm.Counts(ctx, b.d.App)
 	require.NoError(t, err)
 	require.Contains(t, counts, alarm.Count{Kind: "agent.offline", Severity: alarm.Critical, Open: 1})
+	kinds, err := b.fl.WorkerCounts(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Contains(t, kinds, fleet.KindCount{Kind: "watcher", Online: 0, Total: 1}, "the overview does not count a silent agent's worker online")
 
 	// It comes back: the alarm resolves, the outage stays in its history.
 	b.report(t, started, watcher)
@@ -372,12 +376,22 @@ func TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept(t *testing.T) {
 	require.Empty(t, a.Offline)
 	state, _ = a.WorkerShown(a.State.Workers[0])
 	require.Equal(t, wire.WorkerRunning, state)
-	var kinds, msgs []string
+	kinds, err = b.fl.WorkerCounts(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Contains(t, kinds, fleet.KindCount{Kind: "watcher", Online: 1, Total: 1})
+	var events, msgs []string
 	for _, e := range a.Events {
-		kinds, msgs = append(kinds, e.Kind), append(msgs, e.Message)
+		events, msgs = append(events, e.Kind), append(msgs, e.Message)
 	}
-	require.Equal(t, []string{"agent.back", "agent.offline"}, kinds, "one event each way, newest first")
-	require.Regexp(t, `^back online after 4m5[89]s without a word \(\d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC\)$`, msgs[0])
+	require.Equal(t, []string{"agent.back", "agent.offline"}, events, "one event each way, newest first")
+	m := regexp.MustCompile(`^back online after (\S+) without a word \(\d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC\)$`).FindStringSubmatch(msgs[0])
+	require.NotNil(t, m, msgs[0])
+	gone, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	// From its last word before the silence to its first after: at least
+	// the 4m59s of silence, plus the test's own time.
+	require.GreaterOrEqual(t, gone, 4*time.Minute+58*time.Second, msgs[0])
+	require.Less(t, gone, 10*time.Minute, msgs[0])
 	require.Regexp(t, `^offline: not heard from since \d\d:\d\d:\d\d UTC$`, msgs[1])
 	var history []string
 	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
