@@ -46,7 +46,7 @@ var attentionSQL = []string{
 	 WHERE ag.retired_at IS NULL AND ag.assistant_report IS NOT NULL AND COALESCE(t->>'pending_approval', '') <> ''
 	 ORDER BY ag.name`,
 	// The tenant's claims switch.
-	`SELECT paused FROM tenants WHERE id = app_tenant()`,
+	`SELECT paused, paused_at, COALESCE(paused_by, '') FROM tenants WHERE id = app_tenant()`,
 }
 
 type offlineAgent struct {
@@ -69,6 +69,8 @@ type tenantAttention struct {
 	ReviewsSince *time.Time
 	Approvals    []approval
 	ClaimsPaused bool
+	PausedAt     *time.Time
+	PausedBy     string
 }
 
 func readTenantAttention(ctx context.Context, src Sources, tenantID string) (tenantAttention, error) {
@@ -114,7 +116,7 @@ func readTenantAttention(ctx context.Context, src Sources, tenantID string) (ten
 		return ta, err
 	}
 	ta.Approvals = ap
-	if err := br.QueryRow().Scan(&ta.ClaimsPaused); err != nil && err != pgx.ErrNoRows {
+	if err := br.QueryRow().Scan(&ta.ClaimsPaused, &ta.PausedAt, &ta.PausedBy); err != nil && err != pgx.ErrNoRows {
 		return ta, err
 	}
 	return ta, nil
@@ -135,11 +137,12 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 	}
 	many := len(tenants) > 1 || system
 	var fleetPaused bool
-	var pausedAt time.Time
-	if err := src.DB.QueryRow(ctx, `SELECT paused, updated_at FROM fleet_switches`).Scan(&fleetPaused, &pausedAt); err != nil {
+	var pausedAt *time.Time
+	var pausedBy string
+	if err := src.DB.QueryRow(ctx, `SELECT paused, paused_at, COALESCE(paused_by, '') FROM fleet_switches`).Scan(&fleetPaused, &pausedAt, &pausedBy); err != nil {
 		a.Failed = true
 	} else if fleetPaused {
-		add("bad", "", "The whole fleet is paused: no tenant claims loads (since "+stamp(pausedAt)+")", "/admin/settings")
+		add("bad", "", "The whole fleet is paused: no tenant claims loads"+sinceBy(pausedAt, pausedBy), "/admin/settings")
 	}
 	cellsKnown := false
 	if system && src.Claims != nil {
@@ -165,7 +168,7 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 		}
 		base := "/t/" + t.Slug
 		if ta.ClaimsPaused {
-			add("warn", name, "Claims are paused: this tenant books nothing until they are resumed", base+"/claims/settings")
+			add("warn", name, "Claims are paused"+sinceBy(ta.PausedAt, ta.PausedBy)+": this tenant books nothing until they are resumed", base+"/claims/settings")
 		}
 		addOffline(add, name, base, ta.Offline, now)
 		addAlarms(add, name, t.Slug, ta.Alarms, cellsKnown)
@@ -279,6 +282,18 @@ func upper(s string) string {
 		return s
 	}
 	return string(s[0]-'a'+'A') + s[1:]
+}
+
+// sinceBy is " since Jan 2 20:14 UTC by admin@…", as much as is known.
+func sinceBy(at *time.Time, by string) string {
+	s := ""
+	if at != nil {
+		s += " since " + stamp(*at)
+	}
+	if by != "" {
+		s += " by " + by
+	}
+	return s
 }
 
 // stamp is an absolute time as the console writes it: UTC, said.

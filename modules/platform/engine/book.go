@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/fleetwright/fleetwright/modules/platform"
@@ -38,9 +37,7 @@ func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.G
 		return nil
 	}
 	req = req.WithContext(platform.WithGate(ctx, g))
-	hc := *s.hc
-	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := hc.Do(req)
+	resp, err := s.once.Do(req)
 	if err != nil {
 		if errors.Is(err, platform.ErrNotSent) {
 			return platform.BookResult{Result: wire.ResultNotSent, Detail: "local deadline passed before sending"}

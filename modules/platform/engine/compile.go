@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"text/template"
+	"text/template/parse"
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
@@ -25,28 +26,52 @@ import (
 // data is what a template sees.
 type data map[string]any
 
-func render(t *template.Template, d data) (string, error) {
+// tpl is one compiled template, or the literal text of one without
+// actions (most are: a path, a header name), which costs nothing to run.
+type tpl struct {
+	t   *template.Template
+	lit string
+}
+
+func newTpl(name, text string) (*tpl, error) {
+	t, err := spec.Template(name, text)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range t.Tree.Root.Nodes {
+		if n.Type() != parse.NodeText {
+			return &tpl{t: t}, nil
+		}
+	}
+	return &tpl{lit: text}, nil
+}
+
+func render(t *tpl, d data) (string, error) {
 	if t == nil {
 		return "", nil
 	}
+	if t.t == nil {
+		return t.lit, nil
+	}
 	var b strings.Builder
-	if err := t.Execute(&b, d); err != nil {
+	if err := t.t.Execute(&b, d); err != nil {
 		// The error names the template and the variable, never a value.
-		return "", fmt.Errorf("template %s: %w", t.Name(), err)
+		return "", fmt.Errorf("template %s: %w", t.t.Name(), err)
 	}
 	return b.String(), nil
 }
 
-func tmpl(name, text string) (*template.Template, error) {
+// tmpl compiles an optional template (nil when text is empty).
+func tmpl(name, text string) (*tpl, error) {
 	if text == "" {
 		return nil, nil
 	}
-	return spec.Template(name, text)
+	return newTpl(name, text)
 }
 
 type kv struct {
 	k string
-	v *template.Template
+	v *tpl
 }
 
 func kvs(name string, m map[string]string) ([]kv, error) {
@@ -57,7 +82,7 @@ func kvs(name string, m map[string]string) ([]kv, error) {
 	slices.Sort(keys)
 	out := make([]kv, 0, len(m))
 	for _, k := range keys {
-		t, err := spec.Template(name+"."+k, m[k])
+		t, err := newTpl(name+"."+k, m[k])
 		if err != nil {
 			return nil, err
 		}
@@ -70,20 +95,21 @@ func kvs(name string, m map[string]string) ([]kv, error) {
 type request struct {
 	name     string
 	method   string
-	url      *template.Template
+	url      *tpl
 	query    []kv
 	headers  []kv
 	form     []kv
-	json     *template.Template
-	body     *template.Template
+	json     *tpl
+	body     *tpl
 	ctype    string
 	htmlForm bool
+	fixed    string // the resolved URL when it has no variables (fix)
 }
 
 func compileRequest(name string, r spec.Request) (*request, error) {
 	c := &request{name: name, method: r.Method, ctype: r.ContentType}
 	var err error
-	if c.url, err = spec.Template(name+".url", r.URL); err != nil {
+	if c.url, err = newTpl(name+".url", r.URL); err != nil {
 		return nil, err
 	}
 	if c.query, err = kvs(name+".query", r.Query); err != nil {
@@ -109,6 +135,23 @@ func compileRequest(name string, r spec.Request) (*request, error) {
 		c.ctype = "application/x-www-form-urlencoded"
 	}
 	return c, nil
+}
+
+// fix resolves a URL without variables once: a booking then costs no URL
+// parsing of ours. An origin outside allowed leaves it to be refused when
+// the request is built.
+func (r *request) fix(base *url.URL, allowed func(*url.URL) error) {
+	if r.url.t != nil || len(r.query) > 0 {
+		return
+	}
+	u, err := url.Parse(r.url.lit)
+	if err != nil {
+		return
+	}
+	u = base.ResolveReference(u)
+	if allowed(u) == nil {
+		r.fixed = u.String()
+	}
 }
 
 // target renders the request's URL against base.
@@ -195,8 +238,8 @@ func selText(s *goquery.Selection, attr string) (string, bool) {
 
 // match is a compiled spec.Match.
 type match struct {
-	equals   *template.Template
-	contains *template.Template
+	equals   *tpl
+	contains *tpl
 	re       *regexp.Regexp
 	exists   *bool
 }
@@ -206,7 +249,7 @@ func compileMatch(name string, m spec.Match) (match, error) {
 	var err error
 	if m.Equals != nil {
 		// An empty equals compares with the empty string.
-		if c.equals, err = spec.Template(name+".equals", *m.Equals); err != nil {
+		if c.equals, err = newTpl(name+".equals", *m.Equals); err != nil {
 			return c, err
 		}
 	}

@@ -212,7 +212,7 @@ func (a *Adapter) compile() error {
 		a.refresh = &refreshReq{every: ss.Refresh.Every.D, checkReq: *c}
 	}
 	if ss.Carry == "header" && ss.Header != nil {
-		t, err := spec.Template("session.header.value", ss.Header.Value)
+		t, err := newTpl("session.header.value", ss.Header.Value)
 		if err != nil {
 			return err
 		}
@@ -280,6 +280,7 @@ func (a *Adapter) compile() error {
 			return err
 		}
 	}
+	a.book.fix(a.base, a.allowed)
 	return nil
 }
 
@@ -386,8 +387,9 @@ func (a *Adapter) NewSession(opts platform.SessionOptions) (platform.Session, er
 		to = 15 * time.Second
 	}
 	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit}
-	s := &session{a: a, tr: tr, opts: opts, timeout: to, jar: jar, vars: map[string]string{}, seen: map[string]struct{}{}}
+	s := &session{a: a, tr: tr, opts: opts, timeout: to, jar: jar, base: a.base.String(), vars: map[string]string{}, seen: map[string]struct{}{}}
 	s.hc = &http.Client{Jar: jar, Transport: tr, CheckRedirect: s.redirect}
+	s.once = &http.Client{Jar: jar, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	s.feedPos = a.feed.paging.Start
 	return s, nil
 }
@@ -396,9 +398,12 @@ type session struct {
 	a       *Adapter
 	tr      *platform.Transport
 	hc      *http.Client
+	once    *http.Client // follows no redirect (a booking, a step that says so)
 	jar     http.CookieJar
 	opts    platform.SessionOptions
 	timeout time.Duration
+
+	base string // the base URL, as templates see it
 
 	mu       sync.Mutex
 	vars     map[string]string
@@ -427,14 +432,15 @@ func (s *session) now() time.Time {
 	return time.Now()
 }
 
+// data is what the session's templates see. The vars map is never changed
+// once published (a check or refresh replaces it whole), so it is shared.
 func (s *session) data() data {
 	s.mu.Lock()
-	v := make(map[string]string, len(s.vars))
-	for k, x := range s.vars {
-		v[k] = x
-	}
+	v := s.vars
 	s.mu.Unlock()
-	return data{spec.VarBase: s.a.base.String(), spec.VarVars: v}
+	d := make(data, 6)
+	d[spec.VarBase], d[spec.VarVars] = s.base, v
+	return d
 }
 
 // headers sets the traits' headers, then the spec's (and the session's
@@ -479,14 +485,18 @@ func (s *session) headers(req *http.Request, r *request, d data, accept string, 
 
 // build renders a request of the spec (u overrides its URL: a Link).
 func (s *session) build(ctx context.Context, r *request, d data, u *url.URL, signedIn bool) (*http.Request, error) {
-	var err error
-	if u == nil {
-		if u, err = r.target(s.a.base, d); err != nil {
+	target := r.fixed
+	if u != nil || target == "" {
+		var err error
+		if u == nil {
+			if u, err = r.target(s.a.base, d); err != nil {
+				return nil, err
+			}
+		}
+		if err := s.a.allowed(u); err != nil {
 			return nil, err
 		}
-	}
-	if err := s.a.allowed(u); err != nil {
-		return nil, err
+		target = u.String()
 	}
 	body, err := r.payload(d)
 	if err != nil {
@@ -496,7 +506,7 @@ func (s *session) build(ctx context.Context, r *request, d data, u *url.URL, sig
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), rd)
+	req, err := http.NewRequestWithContext(ctx, r.method, target, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -560,7 +570,7 @@ func (s *session) get(ctx context.Context, what string, r *request, d data, u *u
 	}
 	a, err := s.read(s.hc, req, 16<<20)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %s %s: %v", platform.ErrUnavailable, what, req.Method, req.URL.Path, err)
+		return nil, fmt.Errorf("%w: %s: %s %s: %s", platform.ErrUnavailable, what, req.Method, req.URL.Path, shortErr(err))
 	}
 	if s.isSignedOut(a, d) {
 		return nil, fmt.Errorf("engine: %s: %s: %w", s.a.s.Name, what, platform.ErrSignedOut)
@@ -598,9 +608,7 @@ func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *
 			}
 			hc := s.hc
 			if !st.follow {
-				c := *s.hc
-				c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-				hc = &c
+				hc = s.once
 			}
 			a, err := s.read(hc, req, 4<<20)
 			if err != nil {
@@ -639,7 +647,13 @@ func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *
 	return s.Check(ctx)
 }
 
+// shortErr is an error for a message: without the request's URL (a spec
+// may put a token in a query) and at most 200 bytes.
 func shortErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
 	m := err.Error()
 	if len(m) > 200 {
 		m = m[:200]
@@ -683,9 +697,14 @@ func (s *session) run(ctx context.Context, what string, c *checkReq) error {
 		return fmt.Errorf("engine: %s: %s: %w", s.a.s.Name, what, err)
 	}
 	s.mu.Lock()
-	for k, v := range vars {
-		s.vars[k] = v
+	merged := make(map[string]string, len(s.vars)+len(vars))
+	for k, v := range s.vars {
+		merged[k] = v
 	}
+	for k, v := range vars {
+		merged[k] = v
+	}
+	s.vars = merged
 	s.mu.Unlock()
 	return nil
 }

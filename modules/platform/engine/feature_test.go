@@ -870,3 +870,93 @@ idempotency:
 	require.NoError(t, err)
 	require.False(t, ok, "stated in the spec, nothing is read")
 }
+
+// A session carried in a header is refreshed when its period has passed:
+// Check sends the refresh, and the new token rides on every request after.
+func TestSessionRefresh(t *testing.T) {
+	var mu sync.Mutex
+	token, refreshes := "T1", 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/login":
+			writeJSON(w, 200, map[string]string{"token": "T1", "refresh": "R1"})
+		case "/refresh":
+			if r.PostFormValue("refresh_token") != "R1" {
+				writeJSON(w, 400, map[string]string{"error": "bad refresh"})
+				return
+			}
+			refreshes++
+			token = "T2"
+			writeJSON(w, 200, map[string]string{"access_token": "T2"})
+		case "/me":
+			if r.Header.Get("Authorization") != "Bearer "+token {
+				writeJSON(w, 401, map[string]string{"error": "signed_out"})
+				return
+			}
+			writeJSON(w, 200, map[string]bool{"ok": true})
+		}
+	}))
+	defer srv.Close()
+	s := specOf(t, sections{"sign_in": `
+sign_in:
+  steps:
+    - name: password
+      request: {method: POST, url: /login, json: '{"user":{{json .username}},"pass":{{json .password}}}'}
+      success: {status: [200]}
+      extract:
+        token: {json: token}
+        refresh: {json: refresh}
+`, "session": `
+session:
+  carry: header
+  header: {name: Authorization, value: "Bearer {{.vars.token}}"}
+  check:
+    request: {url: /me}
+  refresh:
+    every: 10m
+    request: {method: POST, url: /refresh, form: {refresh_token: "{{.vars.refresh}}"}}
+    extract:
+      token: {json: access_token}
+  signed_out:
+    - status: [401]
+`})
+	fake := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	sess := sessionOf(t, s, srv.URL, platform.SessionOptions{Clock: fake})
+	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret, Clock: fake}))
+	require.NoError(t, sess.Check(ctx))
+	fake.Advance(9 * time.Minute)
+	require.NoError(t, sess.Check(ctx))
+	mu.Lock()
+	require.Zero(t, refreshes, "not due yet")
+	mu.Unlock()
+	fake.Advance(2 * time.Minute)
+	require.NoError(t, sess.Check(ctx), "refreshed, then checked with the new token")
+	mu.Lock()
+	require.Equal(t, 1, refreshes)
+	mu.Unlock()
+	require.NoError(t, sess.Check(ctx))
+	mu.Lock()
+	require.Equal(t, 1, refreshes, "the next refresh is ten minutes later")
+	mu.Unlock()
+}
+
+// A secret a spec puts in a URL never reaches an error: a sign-in that
+// cannot connect names the step, not the request's URL.
+func TestSecretInAURLStaysOutOfErrors(t *testing.T) {
+	s := specOf(t, sections{"sign_in": `
+sign_in:
+  steps:
+    - name: password
+      request: {method: POST, url: "/login?u={{.username}}&p={{.password}}", form: {x: "1"}}
+      success: {status: [200]}
+      extract:
+        token: {json: token}
+`})
+	err := sessionOf(t, s, "http://127.0.0.1:1", platform.SessionOptions{}).Login(context.Background(), creds, &platform.TOTP{Secret: creds.TOTPSecret})
+	require.ErrorIs(t, err, platform.ErrUnavailable)
+	require.ErrorContains(t, err, "sign-in step password")
+	require.NotContains(t, err.Error(), "pw-secret-1")
+}
