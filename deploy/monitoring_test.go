@@ -39,17 +39,37 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 	require.Contains(t, string(out), "SUCCESS")
 }
 
-// TestAlertsCoverWhatAPersonMustHear: the issue's list, each with a unit
-// test in alerts_test.yml.
+// TestAlertsCoverWhatAPersonMustHear: the issues' lists are there, and
+// every rule has a unit test in alerts_test.yml that expects it to fire,
+// and a runbook_url to a heading of docs/OPERATIONS.md that exists.
 func TestAlertsCoverWhatAPersonMustHear(t *testing.T) {
 	rules, err := os.ReadFile("prometheus/alerts.yml")
 	require.NoError(t, err)
 	tests, err := os.ReadFile("prometheus/alerts_test.yml")
 	require.NoError(t, err)
+	ops, err := os.ReadFile("../docs/OPERATIONS.md")
+	require.NoError(t, err)
 	for _, name := range []string{"FleetWorkerCrashLoop", "FleetAgentCrashLoop", "FleetWorkerHung", "FleetQueueBacklog",
-		"FleetCellFailing", "FleetDuplicateConfirmation", "FleetAuditVerificationFailed", "FleetDiskNearlyFull"} {
+		"FleetCellFailing", "FleetDuplicateConfirmation", "FleetAuditVerificationFailed", "FleetDiskNearlyFull",
+		"FleetDependencyDown", "FleetMetricsStale", "FleetAgentOffline", "FleetReplicasOnMixedVersions",
+		"FleetHTTPErrorRatio", "FleetClaimUnknownRatio", "FleetModelSpendLimitReached", "FleetModelSpendSurge"} {
 		require.Contains(t, string(rules), "alert: "+name)
-		require.Contains(t, string(tests), "alertname: "+name, "%s has no unit test", name)
+	}
+	headings := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ (.+)$`).FindAllStringSubmatch(string(ops), -1) {
+		headings[strings.ToLower(strings.TrimSpace(m[1]))] = true
+	}
+	blocks := regexp.MustCompile(`(?m)^      - alert: `).Split(string(rules), -1)[1:]
+	require.NotEmpty(t, blocks)
+	for _, b := range blocks {
+		name := strings.Fields(b)[0]
+		// A test that expects it to fire: its name, then a non-empty exp_alerts.
+		fires := regexp.MustCompile(`alertname: ` + name + `\s+(#[^\n]*\s+)*exp_alerts:\s+(#[^\n]*\s+)*- exp_labels`)
+		require.Regexp(t, fires, string(tests), "%s has no unit test in which it fires", name)
+		m := regexp.MustCompile(`runbook_url: "https://github.com/fleetwright/fleetwright/blob/main/docs/OPERATIONS.md#([a-z]+)"`).FindStringSubmatch(b)
+		require.NotNil(t, m, "%s has no runbook_url into docs/OPERATIONS.md", name)
+		require.Equal(t, strings.ToLower(name), m[1], name)
+		require.True(t, headings[strings.ToLower(name)], "docs/OPERATIONS.md has no heading %q for the runbook of %s", name, name)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -38,6 +39,7 @@ type Health struct {
 	mu       sync.RWMutex
 	checks   []Check
 	up       *prometheus.GaugeVec
+	checked  *prometheus.GaugeVec
 	draining bool
 }
 
@@ -51,14 +53,35 @@ func (h *Health) Drain() {
 	h.draining = true
 }
 
-// NewHealth registers the fleet_dependency_up gauge with reg.
+// NewHealth registers the fleet_dependency_up and
+// fleet_dependency_checked_timestamp_seconds gauges with reg.
 func NewHealth(reg prometheus.Registerer) *Health {
 	h := &Health{up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fleet_dependency_up",
-		Help: "1 when the dependency answered its last readiness probe.",
+		Help: "1 when the dependency answered its last probe (probed every 10 s by the replica's own watch, and by /readyz).",
+	}, []string{"dependency"}), checked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fleet_dependency_checked_timestamp_seconds",
+		Help: "When the dependency was last probed (Unix time): fleet_dependency_up is only as fresh as this.",
 	}, []string{"dependency"})}
-	reg.MustRegister(h.up)
+	reg.MustRegister(h.up, h.checked)
 	return h
+}
+
+// Watch probes every check each interval until ctx ends, so that
+// fleet_dependency_up follows a dependency that goes away even when no one
+// asks /readyz (a load balancer probes one replica's, Prometheus scrapes
+// /metrics only). Each probe is bounded by timeout.
+func (h *Health) Watch(ctx context.Context, interval, timeout time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		h.Run(ctx, timeout)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Add registers a check.
@@ -109,11 +132,15 @@ func (h *Health) Run(ctx context.Context, timeout time.Duration) (ready bool, re
 			r := Result{Name: c.Name, OK: err == nil, Critical: c.Critical, Millis: time.Since(start).Milliseconds()}
 			if err != nil {
 				r.Error = err.Error()
-				h.up.WithLabelValues(c.Name).Set(0)
-			} else {
-				h.up.WithLabelValues(c.Name).Set(1)
 			}
 			results[i] = r
+			if ctx.Err() != nil {
+				// The caller went away (a /readyz client hung up, the
+				// watch stopped): that says nothing of the dependency.
+				return
+			}
+			h.up.WithLabelValues(c.Name).Set(map[bool]float64{true: 1, false: 0}[err == nil])
+			h.checked.WithLabelValues(c.Name).Set(float64(time.Now().UnixMilli()) / 1000)
 		}()
 	}
 	wg.Wait()
@@ -278,4 +305,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.srv.Close()
 	}
 	return err
+}
+
+// RegisterBuildInfo registers fleet_build_info (always 1) with the
+// binary's version, Go version and VCS revision as labels, so a dashboard
+// or an alert can tell which release each replica runs.
+func RegisterBuildInfo(reg prometheus.Registerer, version string) {
+	revision, goVersion := "unknown", runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_build_info",
+		Help: "1, labelled with the build's version, Go version and VCS revision."}, []string{"version", "goversion", "revision"})
+	g.WithLabelValues(version, goVersion, revision).Set(1)
+	reg.MustRegister(g)
 }

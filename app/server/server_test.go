@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -122,6 +125,58 @@ func TestDiskCollectorReportsTheDataDirsFilesystem(t *testing.T) {
 	if vals["fleet_data_dir_size_bytes"] <= 0 || vals["fleet_data_dir_free_bytes"] <= 0 || vals["fleet_data_dir_free_bytes"] > vals["fleet_data_dir_size_bytes"] {
 		t.Fatalf("free/size: %v", vals)
 	}
+}
+
+// TestWatchRefreshesDependencyUpWithoutReadyz: the watch alone moves
+// fleet_dependency_up when a dependency goes away and comes back, and
+// stamps when it last probed.
+func TestWatchRefreshesDependencyUpWithoutReadyz(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := NewHealth(reg)
+	var down atomic.Bool
+	h.Add(Check{Name: "postgres", Critical: true, Probe: func(context.Context) error {
+		if down.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Watch(ctx, 10*time.Millisecond, time.Second) }()
+	t.Cleanup(func() { cancel(); <-done })
+	gauge := func(name string) float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	require.Eventually(t, func() bool { return gauge("fleet_dependency_up") == 1 }, 5*time.Second, 5*time.Millisecond)
+	first := gauge("fleet_dependency_checked_timestamp_seconds")
+	require.InDelta(t, float64(time.Now().Unix()), first, 5)
+	down.Store(true)
+	require.Eventually(t, func() bool { return gauge("fleet_dependency_up") == 0 }, 5*time.Second, 5*time.Millisecond)
+	down.Store(false)
+	require.Eventually(t, func() bool { return gauge("fleet_dependency_up") == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Greater(t, gauge("fleet_dependency_checked_timestamp_seconds"), first)
+}
+
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	RegisterBuildInfo(reg, "v1.2.3")
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	require.Equal(t, "fleet_build_info", mfs[0].GetName())
+	labels := map[string]string{}
+	for _, l := range mfs[0].GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, "v1.2.3", labels["version"])
+	require.Equal(t, runtime.Version(), labels["goversion"])
+	require.NotEmpty(t, labels["revision"])
 }
 
 // TestMetricsTokenIsRequiredWhenSet: with a token, /metrics answers 401

@@ -150,32 +150,52 @@ func TestGaugeCountsOpenAlarmsOfEveryTenant(t *testing.T) {
 	if _, err := alarm.Resolve(ctx, d.App, beta, "worker.hung", "b2", "test"); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(alarm.Collector(d.App, testenv.Logger(t)))
-	mfs, err := reg.Gather()
+	// A pool of its own, which the outage below closes.
+	pool, err := db.Open(ctx, d.AppURL, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := ""
-			for _, l := range m.GetLabel() {
-				labels += l.GetName() + "=" + l.GetValue() + " "
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(alarm.Collector(pool, testenv.Logger(t)))
+	gather := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				labels := ""
+				for _, l := range m.GetLabel() {
+					labels += l.GetName() + "=" + l.GetValue() + " "
+				}
+				got[mf.GetName()+" "+labels] = m.GetGauge().GetValue()
 			}
-			got[mf.GetName()+" "+labels] = m.GetGauge().GetValue()
+		}
+		return got
+	}
+	check := func(got map[string]float64, up float64) {
+		t.Helper()
+		want := map[string]float64{
+			"fleet_alarms_open kind=cell.failing severity=critical ": 1,
+			"fleet_alarms_open kind=worker.hung severity=critical ":  2,
+			"fleet_db_gauges_up source=alarms ":                      up,
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g != v {
+				t.Fatalf("gauge %s: got %v, want %v", k, got, want)
+			}
+		}
+		if ts := got["fleet_db_gauges_last_success_timestamp_seconds source=alarms "]; time.Since(time.Unix(int64(ts), 0)) > time.Minute {
+			t.Fatalf("last success %v", got)
+		}
+		if len(got) != len(want)+1 {
+			t.Fatalf("gauge: got %v, want %v and the timestamp", got, want)
 		}
 	}
-	want := map[string]float64{
-		"fleet_alarms_open kind=cell.failing severity=critical ": 1,
-		"fleet_alarms_open kind=worker.hung severity=critical ":  2,
-	}
-	if len(got) != len(want) {
-		t.Fatalf("gauge: got %v, want %v", got, want)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Fatalf("gauge: got %v, want %v", got, want)
-		}
-	}
+	check(gather(), 1)
+	// The database out of reach: the figures stay (an alert on them keeps
+	// firing) and say they are stale, instead of vanishing.
+	pool.Close()
+	check(gather(), 0)
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetwright/fleetwright/app/server"
 )
 
 // Count is the number of open alarms of one kind and severity.
@@ -84,35 +85,22 @@ func Counts(ctx context.Context, pool *pgxpool.Pool) ([]Count, error) {
 // Collector exports fleet_alarms_open{kind,severity}, read from Postgres at
 // each scrape, so every panel replica reports the same, current figure.
 // Kinds with no open alarm are exported as absent, not zero; alert rules use
-// `sum(fleet_alarms_open) or vector(0)`.
+// `sum(fleet_alarms_open) or vector(0)`. A scrape during a database outage
+// reports the last figures read, with their age (server.Snapshot, source
+// "alarms"): an alert keeps firing through the outage instead of resolving.
 func Collector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
-	return &collector{pool: pool, log: log}
+	return server.NewSnapshot("alarms", []*prometheus.Desc{openDesc}, func(ctx context.Context) ([]prometheus.Metric, error) {
+		counts, err := Counts(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]prometheus.Metric, 0, len(counts))
+		for _, n := range counts {
+			out = append(out, prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n.Open), n.Kind, string(n.Severity)))
+		}
+		return out, nil
+	}, log)
 }
 
 var openDesc = prometheus.NewDesc("fleet_alarms_open", "Alarms open now, by kind and severity (every tenant and the system).",
 	[]string{"kind", "severity"}, nil)
-
-type collector struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-}
-
-func (c *collector) Describe(ch chan<- *prometheus.Desc) { ch <- openDesc }
-
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	counts, err := Counts(ctx, c.pool)
-	if err != nil {
-		// A scrape during a database outage reports no figure rather than a
-		// false zero, and does not fail the other metrics; the postgres
-		// health check says why.
-		if c.log != nil {
-			c.log.Warn("alarm gauge not collected", "err", err)
-		}
-		return
-	}
-	for _, n := range counts {
-		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n.Open), n.Kind, string(n.Severity))
-	}
-}

@@ -11,6 +11,7 @@ var kindWords = map[string][2]string{
 	"worker.hung":            {"worker hung", "workers hung"},
 	"worker.crash_loop":      {"worker out of restarts (crash loop)", "workers out of restarts (crash loop)"},
 	"agent.crash_loop":       {"agent process in a crash loop", "agent processes in a crash loop"},
+	"agent.offline":          {"agent offline (not heard from)", "agents offline (not heard from)"},
 	"queue.stuck":            {"panel queue stuck", "panel queues stuck"},
 	"cell.failing":           {"cell failing", "cells failing"},
 	"claim.conflict":         {"load booked twice", "loads booked twice"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	tenantpkg "github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -85,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_claim_stage_seconds",
 			Help:    "Time between a confirmed claim's timestamps (agent times corrected by the measured offset).",
 			Buckets: StageBuckets},
-			[]string{"stage", "tenant", "cell"}),
+			[]string{"stage", "tenant", "cell"}), // tenant: the slug
 		panel: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fleet_claim_panel_seconds",
 			Help: "The panel's own time on the path detect → leased, measured inside the replica: detect (a sighting's cell dedupe and queue), " +
 				"queued_offered (the cell's stream, the dispatcher's filters and job record, and the pub/sub hop, until a first offer reaches this replica), " +
@@ -144,7 +145,8 @@ func (e *Engine) observe(ctx context.Context, tenant, key string) {
 	if err != nil {
 		return
 	}
+	slug := tenantpkg.Slug(ctx, e.store.pool, tenant)
 	for stage, d := range c.StageDurations() {
-		e.m.stage.WithLabelValues(stage, tenant, c.Cell).Observe(d.Seconds())
+		e.m.stage.WithLabelValues(stage, slug, c.Cell).Observe(d.Seconds())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	tenantpkg "github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -414,7 +415,7 @@ func (e *Engine) duplicateSweepTenant(ctx context.Context, lk Lookuper, tenant s
 	if err != nil {
 		return err
 	}
-	e.m.duplicates.WithLabelValues(tenant).Set(float64(total))
+	e.m.duplicates.WithLabelValues(tenantpkg.Slug(ctx, e.store.pool, tenant)).Set(float64(total))
 	return nil
 }
 

@@ -308,10 +308,10 @@ proxy_pool: %s
 		require.NoError(t, err)
 		return v
 	}
-	proxied := metric(`fleet_proxy_traffic_bytes_total\{pool="pool1",tenant="` + f.tenant + `"\}`)
+	proxied := metric(`fleet_proxy_traffic_bytes_total\{pool="pool1",tenant="acme"\}`)
 	require.Greater(t, proxied, float64(1000), "the catalog's pages came through the pool")
 	require.Eventually(t, func() bool {
-		return metric(`fleet_browser_seconds_total\{kind="crawler",tenant="`+f.tenant+`"\}`) > 0
+		return metric(`fleet_browser_seconds_total\{kind="crawler",tenant="acme"\}`) > 0
 	}, time.Minute, 200*time.Millisecond, "the crawlers' browser seconds reached the panel")
 
 	// 5. The fleet page shows each account's egress.

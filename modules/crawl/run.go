@@ -18,6 +18,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/modules/crawl/spec"
 	"github.com/fleetwright/fleetwright/modules/limit"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -718,7 +719,7 @@ func (x *execution) handle(ctx context.Context, r result) {
 		}
 		x.proxyOutcome(ctx, r.proxy, true, "", now)
 		if x.pool != nil {
-			proxyBytes.WithLabelValues(x.tenant, x.pool.Name).Add(float64(res.Bytes))
+			proxyBytes.WithLabelValues(tenant.Slug(ctx, x.r.Store.pool, x.tenant), x.pool.Name).Add(float64(res.Bytes))
 		}
 	}
 	x.figures(host, func(f *DomainFigures) { f.Requests++; f.TotalMS += res.DurationMS })

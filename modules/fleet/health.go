@@ -33,8 +33,10 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 	}
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
 		unwell := map[string]bool{} // "<agent id>/<worker>"
+		// An agent.offline alarm is keyed by the agent alone: none of its
+		// workers is online, whatever its last report said.
 		hr, err := tx.Query(ctx, `SELECT key FROM alarms WHERE tenant_id = app_tenant() AND resolved_at IS NULL
-			AND kind IN ('worker.hung', 'worker.crash_loop')`)
+			AND kind IN ('worker.hung', 'worker.crash_loop', 'agent.offline')`)
 		if err != nil {
 			return err
 		}
@@ -67,7 +69,7 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 			for _, w := range specs {
 				get(w.Kind).Total++
 			}
-			if !online || st == nil {
+			if !online || st == nil || unwell[id] {
 				continue
 			}
 			var state wire.State
@@ -102,7 +104,7 @@ var healthLabels = map[string]string{"worker.hung": "hung", "worker.crash_loop":
 // worker alarms are keyed "<agent id>/<worker>", agent ones "<agent id>".
 func markHealth(ctx context.Context, tx pgx.Tx, byID map[string]*AgentView) error {
 	rows, err := tx.Query(ctx, `SELECT kind, key, summary FROM alarms
-		WHERE resolved_at IS NULL AND kind IN ('worker.hung', 'worker.crash_loop', 'agent.crash_loop')`)
+		WHERE resolved_at IS NULL AND kind IN ('worker.hung', 'worker.crash_loop', 'agent.crash_loop', 'agent.offline')`)
 	if err != nil {
 		return err
 	}
@@ -119,6 +121,10 @@ func markHealth(ctx context.Context, tx pgx.Tx, byID map[string]*AgentView) erro
 		}
 		if kind == "agent.crash_loop" {
 			a.CrashLoop = true
+			continue
+		}
+		if kind == "agent.offline" {
+			a.Offline = summary
 			continue
 		}
 		if a.Health == nil {

@@ -48,6 +48,32 @@ type AgentView struct {
 	Health       map[string]string
 	HealthDetail map[string]string
 	CrashLoop    bool
+	// Offline is the summary of the agent's open agent.offline alarm (the
+	// health sweep found it silent past its allowance), else "".
+	Offline string
+}
+
+// WorkerUnknown is the state the console shows for a worker whose agent
+// is not connected or not heard from: its last report is history.
+const WorkerUnknown = "unknown"
+
+// WorkerShown is how the console shows one of the agent's workers: its
+// reported state while the agent is connected and heard from; otherwise
+// unknown, with when the agent was last heard from and why — never a stale
+// "running".
+func (a AgentView) WorkerShown(w wire.WorkerState) (state, detail string) {
+	if a.Connected && a.Offline == "" {
+		return w.State, fmt.Sprintf("%d restarts", w.Restarts)
+	}
+	last := "never heard from"
+	if a.LastSeen != nil {
+		last = "last heard from " + a.LastSeen.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	why := "the agent is disconnected"
+	if a.Offline != "" {
+		why = a.Offline
+	}
+	return WorkerUnknown, fmt.Sprintf("%s, reporting %s; %s", last, w.State, why)
 }
 
 // EventView is a recent event of an agent.

@@ -20,7 +20,10 @@
 //   - the panel's River queues: the oldest available job older than 5
 //     minutes, or the oldest running job (outside the schedule queue, whose
 //     runs hold their own leases) older than 30 minutes → queue.stuck;
-//   - cells: a failing cell → cell.failing.
+//   - cells: a failing cell → cell.failing;
+//   - agents: one not heard from past its heartbeat allowance
+//     (DefaultOfflineAfter, 90 s), connected or not → agent.offline, with
+//     an agent event at each end of the outage (outages).
 //
 // Each alarm resolves itself at the first sweep that no longer sees its
 // condition.
@@ -70,7 +73,15 @@ type Config struct {
 	QueueAvailableAfter, QueueRunningAfter time.Duration
 	// Cells reports the cells' state (nil: no cell alarms).
 	Cells func() []cell.Status
+	// OfflineAfter is how long an agent may go without a word before it
+	// is offline (default DefaultOfflineAfter).
+	OfflineAfter time.Duration
 }
+
+// DefaultOfflineAfter is an agent's heartbeat allowance: it reports its
+// state every 30 s and answers the panel's pings, so three missed reports
+// mean it is gone (frozen, or its host or network is down), not slow.
+const DefaultOfflineAfter = 90 * time.Second
 
 // Sweeper runs the health sweep.
 type Sweeper struct {
@@ -99,6 +110,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Sweeper {
 	}
 	if cfg.QueueRunningAfter <= 0 {
 		cfg.QueueRunningAfter = 30 * time.Minute
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = DefaultOfflineAfter
 	}
 	return &Sweeper{pool: pool, cfg: cfg}
 }
@@ -136,6 +150,7 @@ const (
 	KindAgentCrashLoop = "agent.crash_loop"
 	KindQueueStuck     = "queue.stuck"
 	KindCellFailing    = "cell.failing"
+	KindAgentOffline   = "agent.offline"
 )
 
 type tenantRow struct{ id, slug string }
@@ -169,6 +184,12 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 type agentRow struct {
 	id, name string
 	live     bool
+	// connected is the row's flag alone: a frozen agent's connection may
+	// still be open. lastSeen is its last sign of life and silent how long
+	// ago that was (the database's clock); nil if never heard from.
+	connected bool
+	lastSeen  *time.Time
+	silent    *time.Duration
 	// sinceReport is how long ago its last state report arrived, by the
 	// database's clock (the clock that stamped it).
 	sinceReport *time.Duration
@@ -186,7 +207,8 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 	err := db.InTenant(ctx, s.pool, t.id, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT ag.id::text, ag.name,
 				ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id AND r.last_seen > now() - interval '30 seconds'),
-				EXTRACT(EPOCH FROM (now() - COALESCE(ag.state_at, ag.last_seen)))::float8, ag.state
+				EXTRACT(EPOCH FROM (now() - COALESCE(ag.state_at, ag.last_seen)))::float8, ag.state,
+				ag.connected, ag.last_seen, EXTRACT(EPOCH FROM (now() - ag.last_seen))::float8
 			FROM agents ag WHERE ag.retired_at IS NULL ORDER BY ag.name`)
 		if err != nil {
 			return err
@@ -194,9 +216,13 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 		agents, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (agentRow, error) {
 			var a agentRow
 			var st []byte
-			var since *float64
-			if err := r.Scan(&a.id, &a.name, &a.live, &since, &st); err != nil {
+			var since, silent *float64
+			if err := r.Scan(&a.id, &a.name, &a.live, &since, &st, &a.connected, &a.lastSeen, &silent); err != nil {
 				return a, err
+			}
+			if silent != nil {
+				d := time.Duration(*silent * float64(time.Second))
+				a.silent = &d
 			}
 			if since != nil {
 				d := time.Duration(*since * float64(time.Second))
@@ -299,6 +325,9 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 			want[a.Kind+"|"+a.Key] = a
 		}
 		for _, a := range agents {
+			if off, ok := s.offline(a); ok {
+				add(off)
+			}
 			if n := recent[[2]string{a.id, ""}]; n >= CrashLoopRestarts {
 				add(alarm.Alarm{Kind: KindAgentCrashLoop, Key: a.id, Severity: alarm.Critical,
 					Summary: fmt.Sprintf("agent %s: its process started %d times within %s (crash loop)", a.name, n+1, CrashLoopWindow),
@@ -325,10 +354,77 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 				}
 			}
 		}
-		return reconcile(ctx, tx, want, []string{KindHung, KindCrashLoop, KindAgentCrashLoop}, "health sweep")
+		if err := outages(ctx, tx, agents, want, now); err != nil {
+			return err
+		}
+		return reconcile(ctx, tx, want, []string{KindHung, KindCrashLoop, KindAgentCrashLoop, KindAgentOffline}, "health sweep")
 	})
 	if err != nil {
 		return fmt.Errorf("health: tenant %s: %w", t.slug, err)
+	}
+	return nil
+}
+
+// offline is the agent.offline alarm of an agent not heard from within its
+// allowance; ok is false while it is heard from (or was never heard from:
+// an agent not deployed yet is not down).
+func (s *Sweeper) offline(a agentRow) (alarm.Alarm, bool) {
+	if a.silent == nil || a.lastSeen == nil || *a.silent <= s.cfg.OfflineAfter {
+		return alarm.Alarm{}, false
+	}
+	reason := "it disconnected and has not come back: check its host and its unit (journalctl -u fleetwright-agent@…)"
+	if a.connected {
+		reason = "its connection is still open but it has sent nothing (a frozen process, or a network path that died without closing)"
+	}
+	return alarm.Alarm{Kind: KindAgentOffline, Key: a.id, Severity: alarm.Critical,
+		Summary: fmt.Sprintf("agent %s is offline: not heard from since %s (%s ago; allowance %s); its workers are unknown",
+			a.name, a.lastSeen.UTC().Format("2006-01-02 15:04:05 UTC"), a.silent.Round(time.Second), s.cfg.OfflineAfter),
+		Detail: "Reason: " + reason + ". The alarm resolves itself when the agent is heard from again."}, true
+}
+
+// outages keeps an agent's outages in its history (agent_events, shown on
+// the fleet page): one event when the sweep first finds it offline, with
+// the time of its last word, and one when it is heard from again, with how
+// long it was gone.
+func outages(ctx context.Context, tx pgx.Tx, agents []agentRow, want map[string]alarm.Alarm, now time.Time) error {
+	rows, err := tx.Query(ctx, `SELECT key FROM alarms WHERE tenant_id = app_tenant() AND kind = $1 AND resolved_at IS NULL`, KindAgentOffline)
+	if err != nil {
+		return err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	open := map[string]bool{}
+	for _, k := range keys {
+		open[k] = true
+	}
+	for _, a := range agents {
+		_, down := want[KindAgentOffline+"|"+a.id]
+		switch {
+		case down && !open[a.id]:
+			if _, err := tx.Exec(ctx, `INSERT INTO agent_events (tenant_id, agent_id, at, level, kind, message, fields)
+				VALUES (app_tenant(), $1, $2, 'error', $3, $4, jsonb_build_object('since', $5::timestamptz))`,
+				a.id, now, KindAgentOffline, fmt.Sprintf("offline: not heard from since %s", a.lastSeen.UTC().Format("15:04:05 UTC")), *a.lastSeen); err != nil {
+				return err
+			}
+		case !down && open[a.id]:
+			var since *time.Time
+			err := tx.QueryRow(ctx, `SELECT (fields->>'since')::timestamptz FROM agent_events
+				WHERE tenant_id = app_tenant() AND agent_id = $1 AND kind = $2 ORDER BY id DESC LIMIT 1`, a.id, KindAgentOffline).Scan(&since)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			msg := "back online"
+			if since != nil && a.lastSeen != nil {
+				msg = fmt.Sprintf("back online after %s without a word (%s to %s)", a.lastSeen.Sub(*since).Round(time.Second),
+					since.UTC().Format("15:04:05"), a.lastSeen.UTC().Format("15:04:05 UTC"))
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO agent_events (tenant_id, agent_id, at, level, kind, message)
+				VALUES (app_tenant(), $1, $2, 'info', 'agent.back', $3)`, a.id, now, msg); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

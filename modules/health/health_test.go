@@ -2,6 +2,7 @@ package health_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -260,25 +261,41 @@ func TestWorkerMetricsAreExported(t *testing.T) {
 	op := wire.Operation{ID: "op-1", JobKey: "LD-1", Outcome: "CONFIRMED", FinishedAt: time.Unix(1_800_000_000, 0)}
 	b.report(t, time.Now(), wire.WorkerState{Name: "actor-1", Kind: "http_actor", State: wire.WorkerRunning, Restarts: 2,
 		OldestTaskAgeMillis: ms(4 * time.Second), LastOperation: &op})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(health.Collector(b.d.App, testenv.Logger(t)))
-	mfs, err := reg.Gather()
+	pool, err := db.Open(context.Background(), b.d.AppURL, 2)
 	require.NoError(t, err)
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			var l []string
-			for _, p := range m.GetLabel() {
-				l = append(l, p.GetName()+"="+p.GetValue())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(health.Collector(pool, testenv.Logger(t)))
+	gather := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				var l []string
+				for _, p := range m.GetLabel() {
+					l = append(l, p.GetName()+"="+p.GetValue())
+				}
+				got[mf.GetName()+"{"+strings.Join(l, ",")+"}"] = m.GetGauge().GetValue()
 			}
-			got[mf.GetName()+"{"+strings.Join(l, ",")+"}"] = m.GetGauge().GetValue()
+		}
+		return got
+	}
+	check := func(got map[string]float64, up float64) {
+		t.Helper()
+		labels := "{agent=agent-1,kind=http_actor,tenant=acme,worker=actor-1}"
+		require.InDelta(t, 4, got["fleet_worker_oldest_task_seconds"+labels], 2)
+		require.Equal(t, 1_800_000_000.0, got["fleet_worker_last_operation_timestamp_seconds"+labels])
+		require.Equal(t, 2.0, got["fleet_worker_restarts"+labels])
+		require.Equal(t, 1.0, got["fleet_worker_running"+labels])
+		for _, src := range []string{"workers", "queues"} {
+			require.Equal(t, up, got["fleet_db_gauges_up{source="+src+"}"], src)
+			require.InDelta(t, float64(time.Now().Unix()), got["fleet_db_gauges_last_success_timestamp_seconds{source="+src+"}"], 60, src)
 		}
 	}
-	labels := "{agent=agent-1,kind=http_actor,tenant=acme,worker=actor-1}"
-	require.InDelta(t, 4, got["fleet_worker_oldest_task_seconds"+labels], 2)
-	require.Equal(t, 1_800_000_000.0, got["fleet_worker_last_operation_timestamp_seconds"+labels])
-	require.Equal(t, 2.0, got["fleet_worker_restarts"+labels])
-	require.Equal(t, 1.0, got["fleet_worker_running"+labels])
+	check(gather(), 1)
+	// The database out of reach: the last figures stay, marked stale.
+	pool.Close()
+	check(gather(), 0)
 }
 
 func TestParseHungAfter(t *testing.T) {
@@ -294,4 +311,106 @@ func TestParseHungAfter(t *testing.T) {
 		require.Error(t, err, bad)
 		require.Contains(t, err.Error(), "kind=duration")
 	}
+}
+
+// TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept: an agent whose
+// connection stays open but that sends nothing (a frozen process) raises
+// agent.offline once it is silent past its allowance; the fleet page shows
+// its workers unknown with when and why, never running; the alarm resolves
+// when it is heard from again, and both ends of the outage stay in its
+// events and in the alarm's history.
+func TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	started := b.clk.Now().Add(-time.Hour)
+	watcher := wire.WorkerState{Name: "watcher-1", Kind: "watcher", State: wire.WorkerRunning, OldestTaskAgeMillis: ms(0)}
+	b.report(t, started, watcher)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	silence := func(d time.Duration) {
+		require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE agents SET last_seen = now() - make_interval(secs => $1), state_at = now() - make_interval(secs => $1)`, d.Seconds())
+			return err
+		}))
+	}
+	// Within its allowance it is not offline.
+	silence(80 * time.Second)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+
+	silence(4*time.Minute + 59*time.Second)
+	b.sweep(t)
+	b.sweep(t)
+	open := b.open(t, b.tenant)
+	require.Len(t, open, 1)
+	off := open["agent.offline "+b.agent.ID]
+	require.Equal(t, alarm.Critical, off.Severity)
+	require.Contains(t, off.Summary, "agent agent-1 is offline: not heard from since ")
+	require.Contains(t, off.Summary, "(4m59s ago; allowance 1m30s); its workers are unknown")
+	require.Contains(t, off.Detail, "its connection is still open but it has sent nothing")
+
+	fl, err := b.fl.List(ctx, b.tenant)
+	require.NoError(t, err)
+	a := fl.Agents[0]
+	require.Equal(t, off.Summary, a.Offline)
+	state, detail := a.WorkerShown(a.State.Workers[0])
+	require.Equal(t, fleet.WorkerUnknown, state, "a silent agent's worker is never shown running")
+	require.Contains(t, detail, "last heard from "+a.LastSeen.UTC().Format("2006-01-02 15:04:05 UTC"))
+	require.Contains(t, detail, "reporting running")
+	require.Contains(t, detail, "not heard from since")
+	counts, err := alarm.Counts(ctx, b.d.App)
+	require.NoError(t, err)
+	require.Contains(t, counts, alarm.Count{Kind: "agent.offline", Severity: alarm.Critical, Open: 1})
+	kinds, err := b.fl.WorkerCounts(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Contains(t, kinds, fleet.KindCount{Kind: "watcher", Online: 0, Total: 1}, "the overview does not count a silent agent's worker online")
+
+	// It comes back: the alarm resolves, the outage stays in its history.
+	b.report(t, started, watcher)
+	b.sweep(t)
+	require.Empty(t, b.open(t, b.tenant))
+	fl, err = b.fl.List(ctx, b.tenant)
+	require.NoError(t, err)
+	a = fl.Agents[0]
+	require.Empty(t, a.Offline)
+	state, _ = a.WorkerShown(a.State.Workers[0])
+	require.Equal(t, wire.WorkerRunning, state)
+	kinds, err = b.fl.WorkerCounts(ctx, b.tenant)
+	require.NoError(t, err)
+	require.Contains(t, kinds, fleet.KindCount{Kind: "watcher", Online: 1, Total: 1})
+	var events, msgs []string
+	for _, e := range a.Events {
+		events, msgs = append(events, e.Kind), append(msgs, e.Message)
+	}
+	require.Equal(t, []string{"agent.back", "agent.offline"}, events, "one event each way, newest first")
+	m := regexp.MustCompile(`^back online after (\S+) without a word \(\d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC\)$`).FindStringSubmatch(msgs[0])
+	require.NotNil(t, m, msgs[0])
+	gone, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	// From its last word before the silence to its first after: at least
+	// the 4m59s of silence, plus the test's own time.
+	require.GreaterOrEqual(t, gone, 4*time.Minute+58*time.Second, msgs[0])
+	require.Less(t, gone, 10*time.Minute, msgs[0])
+	require.Regexp(t, `^offline: not heard from since \d\d:\d\d:\d\d UTC$`, msgs[1])
+	var history []string
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT e.event FROM alarm_events e JOIN alarms a ON a.id = e.alarm_id WHERE a.kind = 'agent.offline' ORDER BY e.id`)
+		if err != nil {
+			return err
+		}
+		history, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	require.Equal(t, []string{"raised", "resolved"}, history)
+
+	// Disconnected and silent: the reason says so.
+	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET connected = false`)
+		return err
+	}))
+	silence(2 * time.Minute)
+	b.sweep(t)
+	off = b.open(t, b.tenant)["agent.offline "+b.agent.ID]
+	require.Contains(t, off.Detail, "it disconnected and has not come back")
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -33,9 +33,44 @@ var (
 
 // Collector exports the per-worker figures (oldest task, last completed
 // operation, restarts, running) of every tenant and the River queues' ages,
-// read from Postgres at each scrape so every replica reports the same.
+// read from Postgres at each scrape so every replica reports the same. A
+// scrape during a database outage reports the last figures read, with their
+// age (server.Snapshot, sources "workers" and "queues").
 func Collector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
-	return &collector{pool: pool, log: log}
+	c := &collector{pool: pool, log: log}
+	return collectors{
+		server.NewSnapshot("workers", []*prometheus.Desc{oldestDesc, lastOpDesc, restartsDesc, runningDesc}, func(ctx context.Context) ([]prometheus.Metric, error) {
+			var out []prometheus.Metric
+			err := c.workers(ctx, func(m prometheus.Metric) { out = append(out, m) })
+			return out, err
+		}, log),
+		server.NewSnapshot("queues", []*prometheus.Desc{queueDesc}, func(ctx context.Context) ([]prometheus.Metric, error) {
+			ages, err := QueueAges(ctx, c.pool)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]prometheus.Metric, 0, len(ages))
+			for _, q := range ages {
+				out = append(out, prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, q.Oldest.Seconds(), q.Queue, q.State))
+			}
+			return out, nil
+		}, log),
+	}
+}
+
+// collectors is several collectors registered as one.
+type collectors []prometheus.Collector
+
+func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
 }
 
 type collector struct {
@@ -43,32 +78,8 @@ type collector struct {
 	log  *slog.Logger
 }
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{oldestDesc, lastOpDesc, restartsDesc, runningDesc, queueDesc} {
-		ch <- d
-	}
-}
-
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.workers(ctx, ch); err != nil && c.log != nil {
-		c.log.Warn("worker metrics not collected", "err", err)
-	}
-	ages, err := QueueAges(ctx, c.pool)
-	if err != nil {
-		if c.log != nil {
-			c.log.Warn("queue metrics not collected", "err", err)
-		}
-		return
-	}
-	for _, q := range ages {
-		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, q.Oldest.Seconds(), q.Queue, q.State)
-	}
-}
-
 // workers reads each tenant in its own scope, in one transaction.
-func (c *collector) workers(ctx context.Context, ch chan<- prometheus.Metric) error {
+func (c *collector) workers(ctx context.Context, emit func(prometheus.Metric)) error {
 	rows, err := c.pool.Query(ctx, `SELECT id::text, slug FROM tenants`)
 	if err != nil {
 		return err
@@ -119,16 +130,16 @@ func (c *collector) workers(ctx context.Context, ch chan<- prometheus.Metric) er
 					if w.OldestTaskAgeMillis != nil && *w.OldestTaskAgeMillis > 0 {
 						age = float64(*w.OldestTaskAgeMillis)/1000 + since
 					}
-					ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, l...)
+					emit(prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, l...))
 					if w.LastOperation != nil {
-						ch <- prometheus.MustNewConstMetric(lastOpDesc, prometheus.GaugeValue, float64(w.LastOperation.FinishedAt.UnixMilli())/1000, l...)
+						emit(prometheus.MustNewConstMetric(lastOpDesc, prometheus.GaugeValue, float64(w.LastOperation.FinishedAt.UnixMilli())/1000, l...))
 					}
-					ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.GaugeValue, float64(w.Restarts), l...)
+					emit(prometheus.MustNewConstMetric(restartsDesc, prometheus.GaugeValue, float64(w.Restarts), l...))
 					running := 0.0
 					if live && w.State == wire.WorkerRunning {
 						running = 1
 					}
-					ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, running, l...)
+					emit(prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, running, l...))
 				}
 			}
 			rows.Close()

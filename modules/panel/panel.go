@@ -293,7 +293,7 @@ type Panel struct {
 	// The panel's own long-running loops (River and the cells have
 	// their own Start and Stop): LISTEN for commands routed here, the
 	// warm-actor publication, and this replica's heartbeat.
-	listen, warm, heartbeat *loop.Loop
+	listen, warm, heartbeat, depWatch *loop.Loop
 
 	// Built by one start phase for the next ones.
 	appURL, redisURL string
@@ -439,6 +439,7 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	p.Redis = redis.NewClient(ropts)
 
 	p.Health = server.NewHealth(p.Reg)
+	server.RegisterBuildInfo(p.Reg, cfg.Version)
 	p.Health.Add(server.Check{Name: "postgres", Critical: true, Probe: func(ctx context.Context) error { return p.DB.Ping(ctx) }})
 	p.Health.Add(server.DiskCheck(cfg.DataDir))
 	// A cell's Redis is reported, never fatal to readiness: a failing cell
@@ -615,6 +616,12 @@ func (p *Panel) startGateway(ctx context.Context) error {
 	if err := p.warm.Start(bgCtx); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
+	// fleet_dependency_up follows the dependencies between scrapes,
+	// not only when someone asks /readyz.
+	p.depWatch = loop.New(func(ctx context.Context) { p.Health.Watch(ctx, 10*time.Second, 2*time.Second) })
+	if err := p.depWatch.Start(bgCtx); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
 	return nil
 }
 
@@ -765,6 +772,7 @@ func (p *Panel) Stop() {
 	p.heartbeat.Stop()
 	p.listen.Stop()
 	p.warm.Stop()
+	p.depWatch.Stop()
 	if p.Cells != nil {
 		p.Cells.Stop()
 	}

@@ -57,3 +57,16 @@ func TestReadsFindWhatCreateStored(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "this slug is taken", fe["slug"])
 }
+
+// TestSlugLabelsMetrics: the slug people know, read once and kept; an id
+// not found stands for itself.
+func TestSlugLabelsMetrics(t *testing.T) {
+	d := testenv.DB(t)
+	ctx := context.Background()
+	acme, err := tenant.Create(ctx, d.App, "acme-labels", "Acme", audit.Entry{Actor: "test"})
+	require.NoError(t, err)
+	require.Equal(t, "acme-labels", tenant.Slug(ctx, d.App, acme.ID))
+	d.App.Close()
+	require.Equal(t, "acme-labels", tenant.Slug(ctx, d.App, acme.ID), "kept: no read needed")
+	require.Equal(t, "00000000-0000-4000-8000-00000000dead", tenant.Slug(ctx, d.App, "00000000-0000-4000-8000-00000000dead"))
+}

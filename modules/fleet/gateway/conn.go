@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/tenant"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -420,7 +421,7 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 		}
 		if err == nil {
 			for kind, d := range fleet.BrowserSecondsGrowth(prev, m) {
-				c.g.browserSeconds.WithLabelValues(c.agent.Tenant, kind).Add(d)
+				c.g.browserSeconds.WithLabelValues(tenant.Slug(ctx, c.g.store.Pool(), c.agent.Tenant), kind).Add(d)
 			}
 		}
 		c.mu.Lock()
@@ -438,7 +439,7 @@ func (c *conn) handle(ctx context.Context, typ websocket.MessageType, data []byt
 		if err := c.g.store.SaveAssistantReport(ctx, c.agent, m); err != nil && ctx.Err() == nil {
 			c.g.log.Warn("save assistant report", "agent", c.agent.ID, "err", err)
 		}
-		c.g.spend.WithLabelValues(c.agent.Tenant, c.agent.ID).Set(m.CostTodayUSD)
+		c.g.spend.WithLabelValues(tenant.Slug(ctx, c.g.store.Pool(), c.agent.Tenant), c.agent.Name).Set(m.CostTodayUSD)
 		c.assistantAlarms(ctx, m)
 	case wire.CommandResult:
 		if _, err := c.g.store.Ack(ctx, c.agent.Tenant, c.agent.ID, m); err != nil && ctx.Err() == nil {

@@ -61,7 +61,7 @@ func TestBrowserSecondsReachTheCounterOnce(t *testing.T) {
 	id, token := b.agent(t, "acct-bs")
 	started := time.Now().Add(-time.Minute).UTC()
 	total := func() float64 {
-		l := map[string]string{"tenant": b.tenant, "kind": "watcher"}
+		l := map[string]string{"tenant": "acme", "kind": "watcher"}
 		return counter(t, regA, "fleet_browser_seconds_total", l) + counter(t, regB, "fleet_browser_seconds_total", l)
 	}
 	report := func(url string, at time.Time, s map[string]float64) {
@@ -89,7 +89,7 @@ func TestBrowserSecondsReachTheCounterOnce(t *testing.T) {
 	near(25.5, "what grew")
 	report(urlB, started, map[string]float64{"watcher": 30})
 	near(30, "the other replica adds only what grew")
-	require.InDelta(t, 4.5, counter(t, regB, "fleet_browser_seconds_total", map[string]string{"tenant": b.tenant, "kind": "watcher"}), 1e-9)
+	require.InDelta(t, 4.5, counter(t, regB, "fleet_browser_seconds_total", map[string]string{"tenant": "acme", "kind": "watcher"}), 1e-9)
 	report(urlB, started.Add(time.Minute), map[string]float64{"watcher": 4})
 	near(34, "a restarted agent's seconds count from its start")
 }
