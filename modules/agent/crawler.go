@@ -92,7 +92,7 @@ func (c *crawlHub) handle(ctx context.Context, t wire.PageTask, open opener) wir
 }
 
 // ErrNoCrawler is the answer of an agent without a running crawler worker.
-var ErrNoCrawler = errors.New("agent: no crawler worker runs on this agent")
+var ErrNoCrawler = errors.New(wire.PageNoCrawler)
 
 type crawler struct {
 	env  WorkerEnv

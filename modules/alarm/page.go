@@ -51,7 +51,11 @@ type pageModel struct {
 	Tenants []auth.Tenant
 	Admin   bool
 	Tenant  string // filter: a slug, "system" or ""
+	Kind    string // filter: an alarm kind or ""
 	All     bool   // resolved ones too
+	// Kinds are the kinds among the rows before the kind filter.
+	Kinds []string
+	Now   time.Time
 }
 
 // page lists the alarms of every tenant the user reaches, each read in its
@@ -59,7 +63,7 @@ type pageModel struct {
 func (d Deps) page(w http.ResponseWriter, r *http.Request) {
 	u := auth.UserFrom(r.Context())
 	q := r.URL.Query()
-	m := pageModel{Tenants: u.Tenants, Admin: u.Role == auth.Admin, Tenant: q.Get("tenant"), All: q.Get("state") == "all"}
+	m := pageModel{Tenants: u.Tenants, Admin: u.Role == auth.Admin, Tenant: q.Get("tenant"), Kind: q.Get("kind"), All: q.Get("state") == "all", Now: time.Now()}
 	steer := u.Has(auth.FleetSteer)
 	add := func(id, slug, name string, can bool) error {
 		if m.Tenant != "" && m.Tenant != slug {
@@ -88,6 +92,22 @@ func (d Deps) page(w http.ResponseWriter, r *http.Request) {
 		auth.ServerError(w, r)
 		return
 	}
+	kinds := map[string]bool{}
+	kept := m.Rows[:0]
+	for _, a := range m.Rows {
+		kinds[a.Kind] = true
+		if m.Kind == "" || a.Kind == m.Kind {
+			kept = append(kept, a)
+		}
+	}
+	m.Rows = kept
+	for k := range kinds {
+		m.Kinds = append(m.Kinds, k)
+	}
+	if m.Kind != "" && !kinds[m.Kind] {
+		m.Kinds = append(m.Kinds, m.Kind)
+	}
+	sort.Strings(m.Kinds)
 	sort.SliceStable(m.Rows, func(i, j int) bool {
 		a, b := m.Rows[i], m.Rows[j]
 		if (a.ResolvedAt == nil) != (b.ResolvedAt == nil) {

@@ -217,6 +217,14 @@ func (e *enroller) reader(ctx context.Context, s *link.Conn) error {
 				reason += ": " + m.Reason
 			}
 			return errRetired{reason}
+		case wire.PageTask:
+			// The panel offers page tasks to every v4 connection of the
+			// tenant; the assistant crawls nothing and says so at once, so
+			// the page goes to a crawler instead of waiting out its timeout.
+			if err := s.Send(ctx, wire.PageResult{TaskID: m.TaskID, URL: m.URL, Error: wire.PageNoCrawler}); err != nil {
+				return err
+			}
+			continue
 		case wire.Error:
 			return fmt.Errorf("the panel reported a protocol error: %s %s", m.Code, m.Message)
 		default:

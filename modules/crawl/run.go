@@ -693,7 +693,7 @@ func (x *execution) handle(ctx context.Context, r result) {
 		x.frontier = append(x.frontier, t)
 		return
 	}
-	if res.Error == "agent: no crawler worker runs on this agent" {
+	if res.Error == wire.PageNoCrawler {
 		x.mu.Lock()
 		x.noCrawler[r.agent] = true
 		x.mu.Unlock()

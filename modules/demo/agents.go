@@ -127,9 +127,13 @@ func startAgents(exe, dataDir, panelURL string, agents []Agent, log *slog.Logger
 		}, log, nil))
 		fp.tmps = append(fp.tmps, tmp)
 	}
+	return fp, nil
+}
+
+// startJanitor starts sweeping, once every unit is in fp.
+func (fp *fleetProcs) startJanitor(log *slog.Logger) {
 	fp.janitorDone = make(chan struct{})
 	go fp.janitor(log)
-	return fp, nil
 }
 
 // janitor sweeps every agent's TMPDIR every two seconds (see sweep).

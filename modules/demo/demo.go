@@ -80,9 +80,14 @@ type Info struct {
 	// CatalogURLs are the crawl catalogue's hosts.
 	CatalogURLs []string `json:"catalog_urls"`
 	AdminEmail  string   `json:"admin_email"`
-	DataDir     string   `json:"data_dir"`
-	PID         int      `json:"pid"`
-	Tenants     []struct {
+	// StudioURL is the Demo Studio the demo's assistant works on; the
+	// assistant's own UI address (with its key) is printed in the banner
+	// only.
+	StudioURL    string `json:"studio_url"`
+	AssistantURL string `json:"-"`
+	DataDir      string `json:"data_dir"`
+	PID          int    `json:"pid"`
+	Tenants      []struct {
 		Slug string `json:"slug"`
 		Cell string `json:"cell"`
 	} `json:"tenants"`
@@ -147,6 +152,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		// way systemd's KillMode reaps a unit's cgroup.
 		reap(filepath.Join(cfg.DataDir, "agents"), log)
 		reap(TempRoot(cfg.DataDir), log)
+		reap(AssistantDir(cfg.DataDir), log)
 		_ = os.RemoveAll(TempRoot(cfg.DataDir))
 		if cat != nil {
 			_ = cat.Close()
@@ -199,6 +205,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 			}
 		}
 	}
+	if err := s.assistantAgent(ctx, tenantIDs[AssistantTenant]); err != nil {
+		return err
+	}
 	if cat, err = startCrawl(ctx, p, brd.AdminToken(), cfg.CatalogPort, tenantIDs[CrawlTenant], log); err != nil {
 		return err
 	}
@@ -216,6 +225,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 		return err
 	}
 	if agents, err = startAgents(exe, cfg.DataDir, consoleURL, Agents, log); err != nil {
+		return err
+	}
+	info.StudioURL, info.AssistantURL, err = startAssistant(ctx, agents, exe, cfg.DataDir, consoleURL, log)
+	agents.startJanitor(log)
+	if err != nil {
+		// The claim fleet and the crawler run without it.
+		log.Warn("demo: the assistant did not start", "err", err)
+	}
+	if err := writeInfo(cfg.DataDir, info); err != nil {
 		return err
 	}
 	banner(cfg.Out, info, password)
@@ -312,10 +330,24 @@ Fleetwright demo is running.
   Metrics:   %s
   Crawl:     %s/crawl   (job %s on the catalogue %s every two minutes;
              flip its layout to see the zero-result alarm: curl -d layout=2 -H "Authorization: Bearer <board_admin_token in demo.json>" %s/_catalog/control)
+  Assistant: %s
 
 Ctrl-C stops everything.
 
 `, info.ConsoleURL, signIn, info.BoardURL, info.BoardURL, InfoFile(info.DataDir),
 		strings.Join(cells, ", "), len(Agents), browsers, filepath.Join(info.DataDir, "logs"), first, first,
-		strings.Join(others, ", "), info.ConsoleURL, metricsLine(info.MetricsURL), info.ConsoleURL+"t/"+CrawlTenant, CrawlJob, strings.Join(info.CatalogURLs, " "), firstOr(info.CatalogURLs))
+		strings.Join(others, ", "), info.ConsoleURL, metricsLine(info.MetricsURL), info.ConsoleURL+"t/"+CrawlTenant, CrawlJob, strings.Join(info.CatalogURLs, " "), firstOr(info.CatalogURLs),
+		assistantLine(info))
+}
+
+// assistantLine says where the assistant is and what to try with it.
+func assistantLine(info Info) string {
+	if info.AssistantURL == "" {
+		return "did not start; see " + AssistantLog(info.DataDir)
+	}
+	return fmt.Sprintf(`%s   (enrolled in %s as %s, with the scripted model;
+             give it "Draft the launch post from the brief in the drafts editor and publish it"
+             with the start URLs %s/brief %s/drafts %s/calendar; it stops at Publish for
+             your approval; its tasks also show on %st/%s/fleet)`, info.AssistantURL, AssistantTenant, AssistantName,
+		info.StudioURL, info.StudioURL, info.StudioURL, info.ConsoleURL, AssistantTenant)
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pquerna/otp/totp"
 	"github.com/stretchr/testify/require"
 
@@ -76,6 +77,14 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 		require.NoError(t, err)
 		tokens[a.Name()] = strings.TrimSpace(string(b))
 	}
+	// The third worker type: the assistant, enrolled in its tenant, its UI
+	// and the studio it works on printed in the banner.
+	b, err := os.ReadFile(demo.AssistantTokenFile(data))
+	require.NoError(t, err)
+	tokens[demo.AssistantName] = strings.TrimSpace(string(b))
+	require.Regexp(t, `Assistant: http://127\.0\.0\.1:\d+/\?k=\S+`, p.Output())
+	require.NotEmpty(t, info.StudioURL)
+	assistantReports(t, data)
 
 	cl, secret := signIn(t, run.console, run.password)
 	// Every link the banner prints opens the page it names.
@@ -304,6 +313,9 @@ func fleetOnline(t *testing.T, cl *http.Client, console string) {
 			if a.Tenant == tn.Slug {
 				want++
 			}
+		}
+		if tn.Slug == demo.AssistantTenant {
+			want++ // the assistant, enrolled like an agent
 		}
 		waitUntil(t, time.Minute, "all agents of "+tn.Slug+" online", func() (bool, string) {
 			res, body := do(t, cl, "GET", console+"/t/"+tn.Slug+"/fleet", nil)
@@ -597,4 +609,25 @@ func heal(t *testing.T, data, console string) {
 	require.Contains(t, string(body), `fleet_embedded_restarts_total{service="redis:default"} 1`)
 	require.Contains(t, string(body), `fleet_embedded_restarts_total{service="postgres"} 1`)
 	require.Contains(t, string(body), `fleet_embedded_failed{service="redis:cell-b"} 0`)
+}
+
+// assistantReports waits until the demo's assistant is connected and has
+// sent the panel its report (what the fleet page and the overview show).
+func assistantReports(t *testing.T, data string) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := embedded.Attach(ctx, filepath.Join(data, "postgres"))
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, pg.SuperURL(embedded.Database))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	waitUntil(t, time.Minute, "the assistant connected and reporting", func() (bool, string) {
+		var connected, reported bool
+		err := conn.QueryRow(ctx, `SELECT connected, assistant_report IS NOT NULL FROM agents WHERE name = $1 AND retired_at IS NULL`,
+			demo.AssistantName).Scan(&connected, &reported)
+		if err != nil {
+			return false, err.Error()
+		}
+		return connected && reported, fmt.Sprintf("connected %v, reported %v", connected, reported)
+	})
 }

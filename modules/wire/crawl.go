@@ -22,6 +22,13 @@ const (
 // counting it as a failed attempt.
 const PagePaused = "agent: paused: no new page starts while a pause holds this agent"
 
+// PageNoCrawler is the error of a page task sent to an agent that runs no
+// crawler worker (an agent of claim workers, an enrolled assistant): the
+// panel gives the page to another agent and sends this one no more pages
+// of the run. An agent must answer it at once: a task left unanswered
+// holds the page until its timeout.
+const PageNoCrawler = "agent: no crawler worker runs on this agent"
+
 // CrawlField is one extraction rule (docs/CRAWL.md, extract.fields).
 type CrawlField struct {
 	Name      string   `json:"name"`

@@ -1340,7 +1340,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 111, "<span class=\"muted small\">Paused: no new lease and no new action (checked inside those statements); actions already started finish and are reported; the agents are told.</span></p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 111, "<span class=\"muted small\">When paused: no new lease and no new action (checked inside those statements); actions already started finish and are reported; the agents are told.</span></p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -2839,7 +2839,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 256, "<span class=\"muted small\">Paused: no tenant gets a new lease or starts an action (checked inside those statements); actions in flight finish; every agent is told within seconds. Also <code>fleetwright admin pause</code>.</span></p><form method=\"post\" action=\"/admin/settings/pause\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 256, "<span class=\"muted small\">When paused: no tenant gets a new lease or starts an action (checked inside those statements); actions in flight finish; every agent is told within seconds. Also <code>fleetwright admin pause</code>.</span></p><form method=\"post\" action=\"/admin/settings/pause\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -353,3 +353,19 @@ func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
 	require.Contains(t, home, "retired from the panel at ")
 	require.Contains(t, home, "a new token enrols it again")
 }
+
+// A page task the panel offers an enrolled assistant (page tasks go to every
+// v4 connection of the tenant) is answered at once with "no crawler", so the
+// crawl gives the page to a crawler instead of waiting out the task's
+// timeout; unanswered, each page of a run sat 75 s on the assistant.
+func TestEnrolledAssistantRefusesPageTasksAtOnce(t *testing.T) {
+	b := setup(t)
+	g, url := b.replica(t, "a")
+	_, _, id, _ := b.enrolledAssistant(t, url, "assistant-crawl", stub.Script{}, nil)
+	require.Contains(t, g.CrawlAgents(b.tenant), id, "the assistant's connection is offered page tasks")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := g.Crawl(ctx, b.tenant, id, wire.PageTask{TaskID: "task-1", URL: "http://127.0.0.1:9/catalog", Kind: wire.PageListing, TimeoutMS: 60000})
+	require.NoError(t, err)
+	require.Equal(t, wire.PageNoCrawler, res.Error)
+}
