@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/unit"
 	"io"
 	"net/http"
@@ -22,7 +23,7 @@ import (
 )
 
 // The process-lifetime spawner thread of app/unit is not a leak.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
+func TestMain(m *testing.M) { testenv.MainNoLeaks(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
 
 // processesUsing lists live processes whose command line mentions dir: every
 // Chromium helper carries --user-data-dir, so this finds survivors even if

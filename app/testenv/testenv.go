@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/embedded"
@@ -366,4 +367,21 @@ func Binary(t testing.TB) string {
 		t.Fatalf("%v", binErr)
 	}
 	return binPath
+}
+
+// MainNoLeaks is Main for a package that also checks that no goroutine
+// outlived its tests (goleak, with opts): the secret scan runs there too.
+func MainNoLeaks(m *testing.M, opts ...goleak.Option) {
+	code := m.Run()
+	if !checkSecrets() && code == 0 {
+		code = 1
+	}
+	Shutdown()
+	if code == 0 {
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

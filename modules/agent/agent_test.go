@@ -30,21 +30,11 @@ import (
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
-// TestMain stops the test services (Postgres) and then checks that no
-// goroutine outlived the tests.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.Shutdown()
-	if code == 0 {
-		// app/unit keeps one thread-locked spawner goroutine (Pdeathsig
-		// needs it) for the life of the binary.
-		if err := goleak.Find(goleak.IgnoreTopFunction(unit.SpawnerFunction)); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain runs the end-of-suite secret scan (the token, passwords and TOTP
+// seeds below), stops the test services (Postgres) and then checks that no
+// goroutine outlived the tests; app/unit keeps one thread-locked spawner
+// goroutine (Pdeathsig needs it) for the life of the binary.
+func TestMain(m *testing.M) { testenv.MainNoLeaks(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
 
 // Known secret values; tests look for them on disk and in logs.
 const (

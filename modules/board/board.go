@@ -39,12 +39,16 @@ type Board struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.RWMutex
-	live      []liveLoad // by seq; expired ones pruned from the front
-	loads     map[string]*Load
-	loadSeq   int64
-	accounts  map[string]*account
-	sessions  map[string]*session
+	mu       sync.RWMutex
+	live     []liveLoad // by seq; expired ones pruned from the front
+	loads    map[string]*Load
+	loadSeq  int64
+	accounts map[string]*account
+	sessions map[string]*session
+	// issued are the session tokens handed out, newest last (at most
+	// maxIssued): a test's secret scan must know every cookie the board
+	// gave, expired ones included.
+	issued    []IssuedSession
 	pending   map[string]*pending
 	bookings  []*Booking
 	holder    map[string]string // load id → the client that booked it first
@@ -586,6 +590,10 @@ func (b *Board) CheckTOTP(ctx context.Context, pendingToken, code string) (sessi
 	delete(b.pending, pendingToken)
 	tok := randomToken()
 	b.sessions[tok] = &session{account: a, csrf: randomToken(), expires: now.Add(b.cfg.SessionTTL)}
+	if len(b.issued) >= maxIssued {
+		b.issued = b.issued[1:]
+	}
+	b.issued = append(b.issued, IssuedSession{Token: tok, Account: a.Username})
 	b.emit(Event{Type: EvLogin, Client: a.Client, Account: a.Username})
 	return tok, nil
 }
@@ -619,6 +627,21 @@ func (b *Board) logout(tok string) {
 	b.mu.Lock()
 	delete(b.sessions, tok)
 	b.mu.Unlock()
+}
+
+// maxIssued bounds IssuedSessions.
+const maxIssued = 100_000
+
+// IssuedSession is a session cookie the board gave, and to which account.
+type IssuedSession struct{ Token, Account string }
+
+// IssuedSessions returns the session tokens (cookie values) this board
+// issued, expired and logged-out ones included, the newest 100,000: what
+// a secret scan of the clients' logs looks for.
+func (b *Board) IssuedSessions() []IssuedSession {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return append([]IssuedSession(nil), b.issued...)
 }
 
 // SessionStorm expires the given fraction (0..1] of live sessions at once.

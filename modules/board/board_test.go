@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/unit"
 	"io"
 	"net/http"
@@ -21,7 +22,7 @@ import (
 )
 
 // The process-lifetime spawner thread of app/unit is not a leak.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
+func TestMain(m *testing.M) { testenv.MainNoLeaks(m, goleak.IgnoreTopFunction(unit.SpawnerFunction)) }
 
 const pw = "correct horse battery"
 
@@ -544,4 +545,28 @@ func TestConfigFlags(t *testing.T) {
 	require.ErrorContains(t, err, "FLEET_BOARD_ADMIN_TOKEN", "no token is a clear error")
 	_, err = board.Start(context.Background(), board.Config{Listen: "127.0.0.1:0", Data: "memory", AdminToken: boardtest.AdminToken, Chaos: board.Chaos{Latency: "zipf:3"}}, nil)
 	require.ErrorContains(t, err, "unknown distribution")
+}
+
+// TestIssuedSessionsListsEveryCookieGiven: the board remembers the session
+// cookies it issued, including those a session storm expired, so a secret
+// scan (the load test's) can look for them in every log.
+func TestIssuedSessionsListsEveryCookieGiven(t *testing.T) {
+	tb := setup(t, false)
+	a, b := tb.login(t, "acme-1"), tb.login(t, "delta-1")
+	u, err := url.Parse(tb.s.URL())
+	require.NoError(t, err)
+	var cookies []string
+	for _, c := range []*boardtest.Client{a, b} {
+		for _, ck := range c.HTTP.Jar.Cookies(u) {
+			cookies = append(cookies, ck.Value)
+		}
+	}
+	require.Len(t, cookies, 2)
+	tb.s.SessionStorm(1)
+	var issued, accounts []string
+	for _, s := range tb.s.IssuedSessions() {
+		issued, accounts = append(issued, s.Token), append(accounts, s.Account)
+	}
+	require.ElementsMatch(t, cookies, issued, "expired sessions stay listed")
+	require.ElementsMatch(t, []string{"acme-1", "delta-1"}, accounts)
 }

@@ -589,6 +589,7 @@ func (r *runner) boardRestart(ctx context.Context) (int, string) {
 		r.note("%s: the board did not start again: %v", KindBoardRestart, err)
 		return 0, "the board did not start again: " + err.Error()
 	}
+	r.keepSessions(r.brd)
 	r.brd = nb
 	r.brdMu.Unlock()
 	r.boardServing(nb, cfg)

@@ -163,6 +163,7 @@ func (r *runner) boardOutage(ctx context.Context) {
 		return
 	}
 	r.brdMu.Lock()
+	r.keepSessions(r.brd)
 	r.brd = nb
 	r.brdMu.Unlock()
 	r.boardServing(nb, cfg)

@@ -6,7 +6,31 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/fleetwright/fleetwright/modules/board"
 )
+
+// keepSessions adds the session cookies a board issued to the known
+// secrets (before the board is replaced, and before the scan), once each:
+// a cookie anywhere but its own agent's agent.db is a leak.
+func (r *runner) keepSessions(b *board.Server) {
+	if b == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, s := range r.secrets {
+		if s.kind == "board_session" {
+			seen[s.value] = true
+		}
+	}
+	for _, s := range b.IssuedSessions() {
+		if !seen[s.Token] {
+			// The account is named after its agent, whose agent.db keeps
+			// the cookie by design.
+			r.addSecret(s.Token, "board_session", s.Account)
+		}
+	}
+}
 
 // scanner finds any of a set of known secrets in a byte stream in one pass:
 // every secret is at least 8 bytes, so each position is looked up by its
@@ -61,6 +85,7 @@ func (s *scanner) find(b []byte) map[int]bool {
 // platform must to check codes (the board is the platform, not Fleetwright);
 // anything else anywhere is a leak.
 func (r *runner) scanSecrets(rep *Report) {
+	r.keepSessions(r.board())
 	sc := newScanner(r.secrets)
 	rep.SecretsKnown = len(sc.sec)
 	agents := filepath.Join(r.dir, "agents") + string(filepath.Separator)
