@@ -47,7 +47,8 @@ func TestAlertsCoverWhatAPersonMustHear(t *testing.T) {
 	tests, err := os.ReadFile("prometheus/alerts_test.yml")
 	require.NoError(t, err)
 	for _, name := range []string{"FleetWorkerCrashLoop", "FleetAgentCrashLoop", "FleetWorkerHung", "FleetQueueBacklog",
-		"FleetCellFailing", "FleetDuplicateConfirmation", "FleetAuditVerificationFailed", "FleetDiskNearlyFull"} {
+		"FleetCellFailing", "FleetDuplicateConfirmation", "FleetAuditVerificationFailed", "FleetDiskNearlyFull",
+		"FleetNoSyncStandby", "FleetDatabaseFailover", "FleetSentinelNoQuorum"} {
 		require.Contains(t, string(rules), "alert: "+name)
 		require.Contains(t, string(tests), "alertname: "+name, "%s has no unit test", name)
 	}

@@ -860,3 +860,17 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// URLOf is url (one of the cluster's) naming only the given members.
+func (c *PGCluster) URLOf(raw string, members ...*PGMember) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		c.t.Fatalf("testenv: %v", err)
+	}
+	hosts := make([]string, len(members))
+	for i, m := range members {
+		hosts[i] = m.Addr()
+	}
+	u.Host = strings.Join(hosts, ",")
+	return u.String()
+}

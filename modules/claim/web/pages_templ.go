@@ -1450,6 +1450,10 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
+			templ_7745c5c3_Err = durabilitySettings(m).Render(ctx, templ_7745c5c3_Buffer)
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
 			templ_7745c5c3_Err = dispatchSettings(m).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
@@ -1466,7 +1470,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 				var templ_7745c5c3_Var74 string
 				templ_7745c5c3_Var74, templ_7745c5c3_Err = templruntime.NewAttributeExpression("review-" + r.Key).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 325, Col: 41}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 326, Col: 41}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var74)
 				if templ_7745c5c3_Err != nil {
@@ -1479,7 +1483,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 				var templ_7745c5c3_Var75 string
 				templ_7745c5c3_Var75, templ_7745c5c3_Err = templ.JoinStringErrs(r.Key)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 326, Col: 31}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 327, Col: 31}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var75))
 				if templ_7745c5c3_Err != nil {
@@ -1492,7 +1496,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 				var templ_7745c5c3_Var76 string
 				templ_7745c5c3_Var76, templ_7745c5c3_Err = templ.JoinStringErrs(money(&r.RateCents))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 327, Col: 46}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 328, Col: 46}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var76))
 				if templ_7745c5c3_Err != nil {
@@ -1545,7 +1549,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 				var templ_7745c5c3_Var79 string
 				templ_7745c5c3_Var79, templ_7745c5c3_Err = templ.JoinStringErrs(r.State)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 328, Col: 137}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 329, Col: 137}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var79))
 				if templ_7745c5c3_Err != nil {
@@ -1558,7 +1562,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 				var templ_7745c5c3_Var80 string
 				templ_7745c5c3_Var80, templ_7745c5c3_Err = templ.JoinStringErrs(fmtTime(&r.RequestedAt))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 329, Col: 49}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 330, Col: 49}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var80))
 				if templ_7745c5c3_Err != nil {
@@ -1572,7 +1576,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 					var templ_7745c5c3_Var81 string
 					templ_7745c5c3_Var81, templ_7745c5c3_Err = templ.JoinStringErrs(*r.DecidedBy)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 332, Col: 23}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 333, Col: 23}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var81))
 					if templ_7745c5c3_Err != nil {
@@ -1591,7 +1595,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 					var templ_7745c5c3_Var82 string
 					templ_7745c5c3_Var82, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + m.Slug + "/claims/reviews")).ResolveURL(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 337, Col: 87}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 338, Col: 87}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var82)
 					if templ_7745c5c3_Err != nil {
@@ -1604,7 +1608,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 					var templ_7745c5c3_Var83 string
 					templ_7745c5c3_Var83, templ_7745c5c3_Err = templruntime.NewAttributeExpression(r.Key).Resolve(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 338, Col: 55}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 339, Col: 55}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var83)
 					if templ_7745c5c3_Err != nil {
@@ -1633,7 +1637,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 			var templ_7745c5c3_Var84 string
 			templ_7745c5c3_Var84, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(len(m.Filters) - 1))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 353, Col: 90}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 354, Col: 90}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var84))
 			if templ_7745c5c3_Err != nil {
@@ -1658,7 +1662,7 @@ func settingsPage(p views.Page, m settingsModel) templ.Component {
 			var templ_7745c5c3_Var85 string
 			templ_7745c5c3_Var85, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/audit?tenant=" + m.Slug + "&action=claim.")).ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 361, Col: 125}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 362, Col: 125}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var85)
 			if templ_7745c5c3_Err != nil {
@@ -1715,7 +1719,7 @@ func auditRows(rows []claim.AuditRecord) templ.Component {
 			var templ_7745c5c3_Var87 string
 			templ_7745c5c3_Var87, templ_7745c5c3_Err = templ.JoinStringErrs(a.At.UTC().Format("01-02 15:04:05"))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 372, Col: 59}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 373, Col: 59}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var87))
 			if templ_7745c5c3_Err != nil {
@@ -1728,7 +1732,7 @@ func auditRows(rows []claim.AuditRecord) templ.Component {
 			var templ_7745c5c3_Var88 string
 			templ_7745c5c3_Var88, templ_7745c5c3_Err = templ.JoinStringErrs(a.Actor)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 373, Col: 18}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 374, Col: 18}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var88))
 			if templ_7745c5c3_Err != nil {
@@ -1781,7 +1785,7 @@ func auditRows(rows []claim.AuditRecord) templ.Component {
 			var templ_7745c5c3_Var91 string
 			templ_7745c5c3_Var91, templ_7745c5c3_Err = templ.JoinStringErrs(a.Action)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 374, Col: 57}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 375, Col: 57}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var91))
 			if templ_7745c5c3_Err != nil {
@@ -1794,7 +1798,7 @@ func auditRows(rows []claim.AuditRecord) templ.Component {
 			var templ_7745c5c3_Var92 string
 			templ_7745c5c3_Var92, templ_7745c5c3_Err = templ.JoinStringErrs(a.Target)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 375, Col: 32}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 376, Col: 32}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var92))
 			if templ_7745c5c3_Err != nil {
@@ -1807,7 +1811,7 @@ func auditRows(rows []claim.AuditRecord) templ.Component {
 			var templ_7745c5c3_Var93 string
 			templ_7745c5c3_Var93, templ_7745c5c3_Err = templruntime.NewAttributeExpression(a.Detail).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 376, Col: 45}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 377, Col: 45}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var93)
 			if templ_7745c5c3_Err != nil {
@@ -1820,7 +1824,7 @@ func auditRows(rows []claim.AuditRecord) templ.Component {
 			var templ_7745c5c3_Var94 string
 			templ_7745c5c3_Var94, templ_7745c5c3_Err = templ.JoinStringErrs(crop(a.Detail, 160))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 376, Col: 69}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 377, Col: 69}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var94))
 			if templ_7745c5c3_Err != nil {
@@ -1873,7 +1877,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 			var templ_7745c5c3_Var96 string
 			templ_7745c5c3_Var96, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + slug + "/claims/filters")).ResolveURL(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 387, Col: 77}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 388, Col: 77}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var96)
 			if templ_7745c5c3_Err != nil {
@@ -1904,7 +1908,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 			var templ_7745c5c3_Var99 string
 			templ_7745c5c3_Var99, templ_7745c5c3_Err = templruntime.NewAttributeExpression("filter-" + f.key()).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 387, Col: 166}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 388, Col: 166}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var99)
 			if templ_7745c5c3_Err != nil {
@@ -1936,7 +1940,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 			var templ_7745c5c3_Var100 string
 			templ_7745c5c3_Var100, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.ID).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 389, Col: 46}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 390, Col: 46}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var100)
 			if templ_7745c5c3_Err != nil {
@@ -1954,7 +1958,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var101 string
 		templ_7745c5c3_Var101, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.Name).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 391, Col: 59}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 392, Col: 59}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var101)
 		if templ_7745c5c3_Err != nil {
@@ -1993,7 +1997,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var102 string
 		templ_7745c5c3_Var102, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.Origins).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 393, Col: 68}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 394, Col: 68}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var102)
 		if templ_7745c5c3_Err != nil {
@@ -2016,7 +2020,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var103 string
 		templ_7745c5c3_Var103, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.Destinations).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 394, Col: 83}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 395, Col: 83}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var103)
 		if templ_7745c5c3_Err != nil {
@@ -2039,7 +2043,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var104 string
 		templ_7745c5c3_Var104, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.Equipment).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 395, Col: 74}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 396, Col: 74}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var104)
 		if templ_7745c5c3_Err != nil {
@@ -2062,7 +2066,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var105 string
 		templ_7745c5c3_Var105, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.MinRatePerMile).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 396, Col: 92}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 397, Col: 92}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var105)
 		if templ_7745c5c3_Err != nil {
@@ -2085,7 +2089,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var106 string
 		templ_7745c5c3_Var106, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.MaxWeight).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 397, Col: 77}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 398, Col: 77}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var106)
 		if templ_7745c5c3_Err != nil {
@@ -2108,7 +2112,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var107 string
 		templ_7745c5c3_Var107, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.MinMiles).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 398, Col: 73}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 399, Col: 73}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var107)
 		if templ_7745c5c3_Err != nil {
@@ -2131,7 +2135,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 		var templ_7745c5c3_Var108 string
 		templ_7745c5c3_Var108, templ_7745c5c3_Err = templruntime.NewAttributeExpression(f.MaxMiles).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 399, Col: 73}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 400, Col: 73}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var108)
 		if templ_7745c5c3_Err != nil {
@@ -2164,7 +2168,7 @@ func filterForm(slug string, f filterInput, errs map[string]string, canSteer boo
 				var templ_7745c5c3_Var109 string
 				templ_7745c5c3_Var109, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + slug + "/claims/filters/delete")).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 404, Col: 118}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 405, Col: 118}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var109)
 				if templ_7745c5c3_Err != nil {
@@ -2234,7 +2238,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 			var templ_7745c5c3_Var112 string
 			templ_7745c5c3_Var112, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(len(m.Cells)))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 418, Col: 82}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 419, Col: 82}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var112))
 			if templ_7745c5c3_Err != nil {
@@ -2252,7 +2256,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var113 string
 				templ_7745c5c3_Var113, templ_7745c5c3_Err = templruntime.NewAttributeExpression("cell-" + c.Name).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 423, Col: 40}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 424, Col: 40}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var113)
 				if templ_7745c5c3_Err != nil {
@@ -2265,7 +2269,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var114 string
 				templ_7745c5c3_Var114, templ_7745c5c3_Err = templ.JoinStringErrs(c.Name)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 424, Col: 27}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 425, Col: 27}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var114))
 				if templ_7745c5c3_Err != nil {
@@ -2284,7 +2288,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var115 string
 					templ_7745c5c3_Var115, templ_7745c5c3_Err = templ.JoinStringErrs(c.RedisURL)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 429, Col: 21}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 430, Col: 21}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var115))
 					if templ_7745c5c3_Err != nil {
@@ -2319,7 +2323,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var116 string
 					templ_7745c5c3_Var116, templ_7745c5c3_Err = templ.JoinStringErrs(c.Status.Since.UTC().Format("01-02 15:04:05"))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 443, Col: 56}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 444, Col: 56}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var116))
 					if templ_7745c5c3_Err != nil {
@@ -2338,7 +2342,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var117 string
 					templ_7745c5c3_Var117, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + t + "/claims")).ResolveURL(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 448, Col: 55}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 449, Col: 55}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var117)
 					if templ_7745c5c3_Err != nil {
@@ -2351,7 +2355,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var118 string
 					templ_7745c5c3_Var118, templ_7745c5c3_Err = templ.JoinStringErrs(t)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 448, Col: 75}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 449, Col: 75}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var118))
 					if templ_7745c5c3_Err != nil {
@@ -2364,7 +2368,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var119 string
 					templ_7745c5c3_Var119, templ_7745c5c3_Err = templ.JoinStringErrs(" ")
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 449, Col: 14}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 450, Col: 14}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var119))
 					if templ_7745c5c3_Err != nil {
@@ -2379,7 +2383,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var120 string
 					templ_7745c5c3_Var120, templ_7745c5c3_Err = templ.JoinStringErrs(c.Status.LastError)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 454, Col: 29}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 455, Col: 29}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var120))
 					if templ_7745c5c3_Err != nil {
@@ -2398,7 +2402,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var121 string
 					templ_7745c5c3_Var121, templ_7745c5c3_Err = templruntime.NewAttributeExpression(c.Name).Resolve(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 460, Col: 57}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 461, Col: 57}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var121)
 					if templ_7745c5c3_Err != nil {
@@ -2429,7 +2433,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var122 string
 				templ_7745c5c3_Var122, templ_7745c5c3_Err = templruntime.NewAttributeExpression(m.Name).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 476, Col: 51}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 477, Col: 51}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var122)
 				if templ_7745c5c3_Err != nil {
@@ -2487,7 +2491,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var125 string
 				templ_7745c5c3_Var125, templ_7745c5c3_Err = templruntime.NewAttributeExpression("route-" + t.Slug).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 492, Col: 42}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 493, Col: 42}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var125)
 				if templ_7745c5c3_Err != nil {
@@ -2500,7 +2504,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var126 string
 				templ_7745c5c3_Var126, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + t.Slug)).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 493, Col: 51}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 494, Col: 51}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var126)
 				if templ_7745c5c3_Err != nil {
@@ -2513,7 +2517,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var127 string
 				templ_7745c5c3_Var127, templ_7745c5c3_Err = templ.JoinStringErrs(t.Name)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 493, Col: 62}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 494, Col: 62}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var127))
 				if templ_7745c5c3_Err != nil {
@@ -2526,7 +2530,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var128 string
 				templ_7745c5c3_Var128, templ_7745c5c3_Err = templ.JoinStringErrs(t.Slug)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 493, Col: 102}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 494, Col: 102}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var128))
 				if templ_7745c5c3_Err != nil {
@@ -2539,7 +2543,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var129 string
 				templ_7745c5c3_Var129, templ_7745c5c3_Err = templ.JoinStringErrs(t.Cell)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 494, Col: 33}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 495, Col: 33}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var129))
 				if templ_7745c5c3_Err != nil {
@@ -2552,7 +2556,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var130 string
 				templ_7745c5c3_Var130, templ_7745c5c3_Err = templruntime.NewAttributeExpression(t.ID).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 497, Col: 57}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 498, Col: 57}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var130)
 				if templ_7745c5c3_Err != nil {
@@ -2565,7 +2569,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 				var templ_7745c5c3_Var131 string
 				templ_7745c5c3_Var131, templ_7745c5c3_Err = templruntime.NewAttributeExpression("cell of " + t.Slug).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 498, Col: 62}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 499, Col: 62}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var131)
 				if templ_7745c5c3_Err != nil {
@@ -2583,7 +2587,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var132 string
 					templ_7745c5c3_Var132, templ_7745c5c3_Err = templruntime.NewAttributeExpression(c.Name).Resolve(ctx)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 500, Col: 34}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 501, Col: 34}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var132)
 					if templ_7745c5c3_Err != nil {
@@ -2606,7 +2610,7 @@ func cellsPage(p views.Page, m cellsModel) templ.Component {
 					var templ_7745c5c3_Var133 string
 					templ_7745c5c3_Var133, templ_7745c5c3_Err = templ.JoinStringErrs(c.Name)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 500, Col: 76}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 501, Col: 76}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var133))
 					if templ_7745c5c3_Err != nil {
@@ -2709,7 +2713,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var136 string
 			templ_7745c5c3_Var136, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(len(m.Tenants)))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 542, Col: 86}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 543, Col: 86}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var136))
 			if templ_7745c5c3_Err != nil {
@@ -2727,7 +2731,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 				var templ_7745c5c3_Var137 string
 				templ_7745c5c3_Var137, templ_7745c5c3_Err = templruntime.NewAttributeExpression("switch-" + t.Slug).Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 547, Col: 42}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 548, Col: 42}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var137)
 				if templ_7745c5c3_Err != nil {
@@ -2740,7 +2744,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 				var templ_7745c5c3_Var138 string
 				templ_7745c5c3_Var138, templ_7745c5c3_Err = templ.JoinStringErrs(t.Name)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 548, Col: 19}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 549, Col: 19}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var138))
 				if templ_7745c5c3_Err != nil {
@@ -2753,7 +2757,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 				var templ_7745c5c3_Var139 string
 				templ_7745c5c3_Var139, templ_7745c5c3_Err = templ.JoinStringErrs(t.Slug)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 548, Col: 55}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 549, Col: 55}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var139))
 				if templ_7745c5c3_Err != nil {
@@ -2781,7 +2785,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 				var templ_7745c5c3_Var140 string
 				templ_7745c5c3_Var140, templ_7745c5c3_Err = templ.JoinStringErrs(t.Cell)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 556, Col: 32}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 557, Col: 32}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var140))
 				if templ_7745c5c3_Err != nil {
@@ -2794,7 +2798,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 				var templ_7745c5c3_Var141 string
 				templ_7745c5c3_Var141, templ_7745c5c3_Err = templ.JoinStringErrs(orDash(intOr(t.DailyBookingCap)))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 557, Col: 45}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 558, Col: 45}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var141))
 				if templ_7745c5c3_Err != nil {
@@ -2812,7 +2816,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 					var templ_7745c5c3_Var142 string
 					templ_7745c5c3_Var142, templ_7745c5c3_Err = templ.JoinStringErrs(money(t.ReviewAboveCents))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 560, Col: 37}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 561, Col: 37}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var142))
 					if templ_7745c5c3_Err != nil {
@@ -2831,7 +2835,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 				var templ_7745c5c3_Var143 string
 				templ_7745c5c3_Var143, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL("/t/" + t.Slug + "/claims/settings")).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 565, Col: 85}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 566, Col: 85}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var143)
 				if templ_7745c5c3_Err != nil {
@@ -2855,7 +2859,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var144 string
 			templ_7745c5c3_Var144, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.LeaseFor.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 577, Col: 50}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 578, Col: 50}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var144))
 			if templ_7745c5c3_Err != nil {
@@ -2868,7 +2872,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var145 string
 			templ_7745c5c3_Var145, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.HardTimeout.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 578, Col: 67}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 579, Col: 67}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var145))
 			if templ_7745c5c3_Err != nil {
@@ -2881,7 +2885,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var146 string
 			templ_7745c5c3_Var146, templ_7745c5c3_Err = templ.JoinStringErrs(m.Grace.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 579, Col: 51}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 580, Col: 51}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var146))
 			if templ_7745c5c3_Err != nil {
@@ -2894,7 +2898,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var147 string
 			templ_7745c5c3_Var147, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.HardTimeout.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 579, Col: 110}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 580, Col: 110}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var147))
 			if templ_7745c5c3_Err != nil {
@@ -2907,7 +2911,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var148 string
 			templ_7745c5c3_Var148, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.BoardWorstLatency.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 579, Col: 152}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 580, Col: 152}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var148))
 			if templ_7745c5c3_Err != nil {
@@ -2920,7 +2924,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var149 string
 			templ_7745c5c3_Var149, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.ClockErrorBound.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 579, Col: 192}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 580, Col: 192}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var149))
 			if templ_7745c5c3_Err != nil {
@@ -2933,7 +2937,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var150 string
 			templ_7745c5c3_Var150, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.SweepEvery.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 580, Col: 59}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 581, Col: 59}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var150))
 			if templ_7745c5c3_Err != nil {
@@ -2946,7 +2950,7 @@ func adminPage(p views.Page, m adminModel) templ.Component {
 			var templ_7745c5c3_Var151 string
 			templ_7745c5c3_Var151, templ_7745c5c3_Err = templ.JoinStringErrs(m.Config.DuplicateSweepEvery.String())
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 580, Col: 119}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/claim/web/pages.templ`, Line: 581, Col: 119}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var151))
 			if templ_7745c5c3_Err != nil {
