@@ -78,6 +78,10 @@ func (s *Service) userAction(w http.ResponseWriter, r *http.Request, do func(id 
 		http.Redirect(w, r, "/admin/users", http.StatusSeeOther)
 		return
 	}
+	if (done == "disable" || done == "reset") && !views.Confirmed(r) {
+		s.askUserAction(w, r, id, done)
+		return
+	}
 	err := do(id)
 	if errors.Is(err, ErrNoUser) {
 		auth.NotFound(w, r)
@@ -116,4 +120,35 @@ func (s *Service) setGrants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.userAction(w, r, func(id string) error { return SetGrants(r.Context(), s.d.DB, id, r.PostForm["tenant"], actor(r)) }, "grants")
+}
+
+// askUserAction asks before an admin disables a user or resets their
+// two-factor authentication, saying what it does to them; nothing changes.
+func (s *Service) askUserAction(w http.ResponseWriter, r *http.Request, id, what string) {
+	u, err := UserByID(r.Context(), s.d.DB, id)
+	if errors.Is(err, ErrNoUser) {
+		auth.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	c := views.Confirm{Action: r.URL.Path, Back: "/admin/users"}
+	if what == "disable" {
+		c.Question = "Disable " + u.Email + "?"
+		c.What = []string{
+			u.Email + " is signed out everywhere at once: every open console tab of theirs stops working.",
+			"They cannot sign in until an admin enables them again; their tenants and role are kept.",
+		}
+		c.Button = "Disable " + u.Email
+	} else {
+		c.Question = "Reset the two-factor authentication of " + u.Email + "?"
+		c.What = []string{
+			"Their authenticator's codes stop working and their sessions end at once.",
+			"At their next sign-in they set up two-factor authentication again with a new secret; tell them before, over a channel you trust.",
+		}
+		c.Button = "Reset 2FA of " + u.Email
+	}
+	views.Render(w, r, http.StatusOK, views.ConfirmPage(s.d.Shell.Page(w, r, "Users"), c))
 }

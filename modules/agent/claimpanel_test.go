@@ -64,6 +64,9 @@ type claimPanel struct {
 	maxVer int
 	// state is the agent's latest state report.
 	state wire.State
+	// boardClock is the latest reading of the platform's clock a
+	// detected message carried.
+	boardClock *wire.BoardClock
 }
 
 func uuid() string {
@@ -186,6 +189,11 @@ func (p *claimPanel) holder(worker string) claim.Holder {
 func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 	switch m := m.(type) {
 	case wire.Detected:
+		if m.BoardClock != nil {
+			p.mu.Lock()
+			p.boardClock = m.BoardClock
+			p.mu.Unlock()
+		}
 		for _, s := range m.Sightings {
 			p.detected <- s
 		}

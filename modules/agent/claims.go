@@ -153,16 +153,17 @@ func (c *Claims) offer(o wire.Offer) {
 	}
 }
 
-// Detected reports what a watcher saw. Sightings are not queued while
+// Detected reports what a watcher saw, with its latest reading of the
+// platform's clock (nil: none). Sightings are not queued while
 // disconnected: a later poll or another watcher sees the job again.
-func (c *Claims) Detected(ctx context.Context, worker string, s []wire.Sighting) error {
+func (c *Claims) Detected(ctx context.Context, worker string, s []wire.Sighting, bc *wire.BoardClock) error {
 	if len(s) == 0 {
 		return nil
 	}
 	// Stay well under the message limit: a big first page goes in chunks.
 	for len(s) > 0 {
 		n := min(len(s), 100)
-		if err := c.send(ctx, wire.Detected{Worker: worker, Sightings: s[:n]}); err != nil {
+		if err := c.send(ctx, wire.Detected{Worker: worker, Sightings: s[:n], BoardClock: bc}); err != nil {
 			return err
 		}
 		s = s[n:]

@@ -97,22 +97,37 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 		metered()
 	}()
 
-	type pending struct{ seenAt time.Time }
+	// pending is a jobs response waiting for its body: when it was seen,
+	// and what it says of the platform's clock (sent and received on the
+	// agent's clock, from Chromium's timing, and its Date header).
+	type pending struct {
+		seenAt         time.Time
+		sent, received time.Time
+		timed          bool
+		date           string
+	}
+	type body struct {
+		id proto.NetworkRequestID
+		pending
+	}
 	var mu sync.Mutex
 	responses := map[proto.NetworkRequestID]pending{}
-	bodies := make(chan struct {
-		id     proto.NetworkRequestID
-		seenAt time.Time
-	}, 64)
+	bodies := make(chan body, 64)
+	bclock := newBoardClock(env.Clock)
 	signedOut := make(chan struct{}, 1)
 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		page.EachEvent(func(e *proto.NetworkResponseReceived) {
+		page.EachEvent(func(e *proto.NetworkRequestWillBeSent) {
+			if e.Request != nil && bside.IsJobsResponse(parseURL(e.Request.URL)) {
+				bclock.willBeSent(e)
+			}
+		}, func(e *proto.NetworkResponseReceived) {
 			if e.Response == nil || !bside.IsJobsResponse(parseURL(e.Response.URL)) {
 				return
 			}
+			sent, received, timed := bclock.span(e.RequestID, e.Response.Timing)
 			if bside.IsSignedOutResponse(e.Response.Status) {
 				select {
 				case signedOut <- struct{}{}:
@@ -124,7 +139,8 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 				return
 			}
 			mu.Lock()
-			responses[e.RequestID] = pending{seenAt: env.Clock.Now()}
+			responses[e.RequestID] = pending{seenAt: env.Clock.Now(), sent: sent, received: received, timed: timed,
+				date: headerValue(e.Response.Headers, "Date")}
 			mu.Unlock()
 		}, func(e *proto.NetworkLoadingFinished) {
 			mu.Lock()
@@ -135,10 +151,7 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 				return
 			}
 			select {
-			case bodies <- struct {
-				id     proto.NetworkRequestID
-				seenAt time.Time
-			}{e.RequestID, p.seenAt}:
+			case bodies <- body{e.RequestID, p}:
 			default:
 				env.Log.Warn("agent: watcher falling behind; a response was skipped (the next poll repeats nothing, a reload repeats all)")
 			}
@@ -155,10 +168,7 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 	go func() {
 		defer wg.Done()
 		for {
-			var b struct {
-				id     proto.NetworkRequestID
-				seenAt time.Time
-			}
+			var b body
 			select {
 			case b = <-bodies:
 			case <-wctx.Done():
@@ -168,16 +178,21 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 			if err != nil {
 				continue
 			}
-			body := []byte(res.Body)
+			raw := []byte(res.Body)
 			if res.Base64Encoded {
-				if body, err = base64.StdEncoding.DecodeString(res.Body); err != nil {
+				if raw, err = base64.StdEncoding.DecodeString(res.Body); err != nil {
 					continue
 				}
 			}
-			jobs, err := bside.ParseJobs(body)
+			jobs, err := bside.ParseJobs(raw)
 			if err != nil {
 				env.Log.Warn("agent: watcher could not read a jobs response", "err", err)
 				continue
+			}
+			if b.timed {
+				if st, res, ok := serverTime(bside, raw, b.date); ok {
+					bclock.observe(b.sent, st, b.received, res)
+				}
 			}
 			now := env.Clock.Now()
 			h.OldestTask(now)
@@ -194,7 +209,7 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 				seen[j.Key] = j.ExpiresAt
 				sightings = append(sightings, wire.Sighting{Job: j, SeenAt: b.seenAt})
 			}
-			if err := env.Claims.Detected(wctx, env.Spec.Name, sightings); err != nil {
+			if err := env.Claims.Detected(wctx, env.Spec.Name, sightings, bclock.reading()); err != nil {
 				// Lost sightings are seen again after the next reload, or
 				// by the tenant's other watcher.
 				for _, s := range sightings {

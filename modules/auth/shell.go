@@ -25,8 +25,21 @@ type NavItem struct {
 // Shell is the console's frame shared by every module: its navigation and
 // the Page builder. The panel creates one and hands it to each module.
 type Shell struct {
-	mu  sync.RWMutex
-	nav []NavItem
+	mu        sync.RWMutex
+	nav       []NavItem
+	attention AttentionFunc
+}
+
+// AttentionFunc reads what needs the signed-in user now, for the strip at
+// the top of every page (see SetAttention).
+type AttentionFunc func(r *http.Request, u *User) *views.Attention
+
+// SetAttention installs the reader of the attention strip; the console
+// module installs it. Without one, pages show no strip.
+func (s *Shell) SetAttention(f AttentionFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attention = f
 }
 
 // NewShell returns an empty shell.
@@ -48,6 +61,12 @@ func (s *Shell) Page(w http.ResponseWriter, r *http.Request, title string) views
 	p := views.Page{Title: title, Flashes: TakeFlashes(w, r)}
 	if u != nil {
 		p.User, p.Role, p.SignOutURL = u.Email, string(u.Role), "/signout"
+	}
+	s.mu.RLock()
+	attention := s.attention
+	s.mu.RUnlock()
+	if u != nil && u.MFAOK && attention != nil {
+		p.Attention = attention(r, u)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()

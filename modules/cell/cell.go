@@ -51,9 +51,13 @@ type Entry struct {
 	// SeenAt is the watcher's time, corrected to the panel's clock.
 	SeenAt       time.Time `json:"s"`
 	ClockErrorMS int64     `json:"ce"`
-	QueuedAt     time.Time `json:"q"`
-	Agent        string    `json:"a"`
-	Worker       string    `json:"w"`
+	// BoardClockErrorMS bounds the error of the job's published_at and
+	// expires_at, put on the panel's clock from the watcher's reading of
+	// the platform's clock (nil: not measured, the platform's own times).
+	BoardClockErrorMS *int64    `json:"be,omitempty"`
+	QueuedAt          time.Time `json:"q"`
+	Agent             string    `json:"a"`
+	Worker            string    `json:"w"`
 }
 
 // Config configures a Manager. Zero durations and sizes take the defaults.

@@ -241,7 +241,7 @@ func (e *Engine) grantBatch(ctx context.Context, cellName, tenant string, es []c
 			continue
 		}
 		q := QueuedJob{Tenant: tenant, Cell: cellName, Job: en.Job, SeenAt: en.SeenAt, QueuedAt: en.QueuedAt,
-			ClockErrorMS: en.ClockErrorMS, Agent: en.Agent, Worker: en.Worker}
+			ClockErrorMS: en.ClockErrorMS, BoardClockErrorMS: en.BoardClockErrorMS, Agent: en.Agent, Worker: en.Worker}
 		a, ok := e.choose(actors, nil)
 		if !ok || seen[en.Job.Key] {
 			// No warm actor (offered as in race mode), or the same job twice

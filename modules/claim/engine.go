@@ -273,9 +273,10 @@ func (e *Engine) Detected(ctx context.Context, tenant, agentID string, det wire.
 		if !s.SeenAt.IsZero() {
 			seen = offset.ToPanel(s.SeenAt)
 		}
+		job, boardErr := onPanelClock(s.Job, det.BoardClock, offset)
 		t0 := time.Now()
-		_, _, err := cells.Detect(ctx, cell.Entry{Tenant: tenant, Job: s.Job, SeenAt: seen,
-			ClockErrorMS: offset.ErrorBound.Milliseconds(), Agent: agentID, Worker: det.Worker})
+		_, _, err := cells.Detect(ctx, cell.Entry{Tenant: tenant, Job: job, SeenAt: seen,
+			ClockErrorMS: offset.ErrorBound.Milliseconds(), BoardClockErrorMS: boardErr, Agent: agentID, Worker: det.Worker})
 		if err == nil {
 			e.m.panel.WithLabelValues(PanelStepDetect).Observe(time.Since(t0).Seconds())
 		}
@@ -284,6 +285,28 @@ func (e *Engine) Detected(ctx context.Context, tenant, agentID string, det wire.
 		}
 	}
 	return first
+}
+
+// onPanelClock puts a job's platform times (published_at, expires_at) on the
+// panel's clock, by the watcher's reading of the platform's clock against
+// its agent's and the agent's offset against the panel's, and returns the
+// bound of the publish → detect span: the reading's own, because the
+// agent's offset is subtracted from published_at and seen_at alike and
+// cancels out of their difference. Without a reading the platform's times
+// are kept as they are and the bound is unknown (nil).
+func onPanelClock(j wire.Job, bc *wire.BoardClock, offset Offset) (wire.Job, *int64) {
+	if bc == nil {
+		return j, nil
+	}
+	toPanel := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return offset.ToPanel(t.Add(-bc.Offset()))
+	}
+	j.PublishedAt, j.ExpiresAt = toPanel(j.PublishedAt), toPanel(j.ExpiresAt)
+	ms := (bc.ErrorBound() + time.Millisecond - 1).Milliseconds()
+	return j, &ms
 }
 
 // tenantFilters returns the tenant's filters from a short-lived cache.
@@ -328,7 +351,7 @@ func (e *Engine) Dispatch(ctx context.Context, cellName string, en cell.Entry) e
 		return nil
 	}
 	q := QueuedJob{Tenant: en.Tenant, Cell: cellName, Job: en.Job, SeenAt: en.SeenAt,
-		QueuedAt: en.QueuedAt, ClockErrorMS: en.ClockErrorMS, Agent: en.Agent, Worker: en.Worker}
+		QueuedAt: en.QueuedAt, ClockErrorMS: en.ClockErrorMS, BoardClockErrorMS: en.BoardClockErrorMS, Agent: en.Agent, Worker: en.Worker}
 	if e.dispatchMode(ctx, en.Tenant) == DispatchAssign {
 		done, err := e.assign(ctx, q, t0, PanelStepGrant, nil)
 		if err != nil {

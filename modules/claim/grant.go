@@ -60,14 +60,15 @@ const capActOK = `(t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x
 var grantSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
                     lease_expires_at, leased_at, act_started_at, act_deadline,
-                    published_at, seen_at, queued_at, clock_error_ms, load_expires_at, cell)
+                    published_at, seen_at, queued_at, clock_error_ms, board_clock_error_ms, load_expires_at, cell)
 SELECT $1, $2, 'ACTING', nextval('claim_token'), $3, $4, $8::uuid,
        clock_timestamp() + make_interval(secs => $5), clock_timestamp(), clock_timestamp(),
        clock_timestamp() + make_interval(secs => $5 + $7),
-       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.expires_at, j.cell
+       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.board_clock_error_ms, j.expires_at, j.cell
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
+  AND NOT claim_restore_held($1)
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
   AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
       AND NOT ` + reLeasable("x", "$6") + `)
@@ -81,6 +82,7 @@ ON CONFLICT (tenant_id, target_job_key) DO UPDATE SET
     act_started_at = EXCLUDED.act_started_at, act_deadline = EXCLUDED.act_deadline,
     published_at = EXCLUDED.published_at, seen_at = EXCLUDED.seen_at,
     queued_at = EXCLUDED.queued_at, clock_error_ms = EXCLUDED.clock_error_ms,
+    board_clock_error_ms = EXCLUDED.board_clock_error_ms,
     load_expires_at = EXCLUDED.load_expires_at, cell = EXCLUDED.cell,
     act_sent_at = NULL, confirmed_at = NULL,
     outcome = NULL, outcome_detail = NULL, settled_at = NULL, attempts = c.attempts + 1,
@@ -93,8 +95,9 @@ RETURNING token, operation_id::text, leased_at, lease_expires_at, act_deadline,
 // recordJobSQL is RecordJob's statement (the first record stands).
 const recordJobSQL = `
 INSERT INTO claim_jobs (tenant_id, job_key, cell, origin, destination, equipment, weight_lbs, miles, rate_cents,
-                        published_at, expires_at, seen_at, queued_at, clock_error_ms, seen_by_agent, seen_by_worker)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                        published_at, expires_at, seen_at, queued_at, clock_error_ms, seen_by_agent, seen_by_worker,
+                        board_clock_error_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 ON CONFLICT DO NOTHING RETURNING job_key`
 
 func recordJobArgs(q QueuedJob) []any {
@@ -104,7 +107,8 @@ func recordJobArgs(q QueuedJob) []any {
 		agent = q.Agent
 	}
 	return []any{q.Tenant, j.Key, q.Cell, j.Origin, j.Destination, j.Equipment, j.WeightLbs, j.Miles, j.RateCents,
-		nullTime(j.PublishedAt), nullTime(j.ExpiresAt), q.SeenAt, q.QueuedAt, q.ClockErrorMS, agent, q.Worker}
+		nullTime(j.PublishedAt), nullTime(j.ExpiresAt), q.SeenAt, q.QueuedAt, q.ClockErrorMS, agent, q.Worker,
+		q.BoardClockErrorMS}
 }
 
 // Grant records the job and grants it to req.Holder, written ACTING, in one

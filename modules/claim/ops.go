@@ -20,8 +20,10 @@ type QueuedJob struct {
 	SeenAt       time.Time
 	QueuedAt     time.Time
 	ClockErrorMS int64
-	Agent        string
-	Worker       string
+	// BoardClockErrorMS: see cell.Entry (nil: not measured).
+	BoardClockErrorMS *int64
+	Agent             string
+	Worker            string
 	// AfterUnknown (Unleased only): released after an UNKNOWN where the
 	// platform honours idempotency keys; offered again only after a fresh
 	// complete look-up (Engine.reoffer).
@@ -49,10 +51,10 @@ func (s *Store) JobRecord(ctx context.Context, tenant, key string) (QueuedJob, e
 	q := QueuedJob{Tenant: tenant}
 	var pub, exp *time.Time
 	err := db.TenantRow(ctx, s.pool, tenant, `SELECT job_key, cell, origin, destination, equipment, weight_lbs, miles,
-		rate_cents, published_at, expires_at, seen_at, queued_at, clock_error_ms FROM claim_jobs
+		rate_cents, published_at, expires_at, seen_at, queued_at, clock_error_ms, board_clock_error_ms FROM claim_jobs
 		WHERE tenant_id = $1 AND job_key = $2`, tenant, key).
 		Scan(&q.Job.Key, &q.Cell, &q.Job.Origin, &q.Job.Destination, &q.Job.Equipment, &q.Job.WeightLbs, &q.Job.Miles,
-			&q.Job.RateCents, &pub, &exp, &q.SeenAt, &q.QueuedAt, &q.ClockErrorMS)
+			&q.Job.RateCents, &pub, &exp, &q.SeenAt, &q.QueuedAt, &q.ClockErrorMS, &q.BoardClockErrorMS)
 	if err != nil {
 		return QueuedJob{}, fmt.Errorf("claim: job %s: %w", key, err)
 	}

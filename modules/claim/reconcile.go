@@ -323,6 +323,9 @@ func (e *Engine) SweepAll(ctx context.Context) error {
 		if err == nil {
 			_, err = e.store.Archive(ctx, t.ID, e.cfg.ArchiveMargin)
 		}
+		if err == nil {
+			err = e.restoreHeld(ctx, t.ID)
+		}
 		if err == nil && !t.Paused {
 			err = e.reoffer(ctx, t.ID)
 		}
@@ -465,6 +468,7 @@ func (e *Engine) AddWorkers(w *river.Workers) {
 	river.AddWorker(w, &watchWorker{e: e})
 	river.AddWorker(w, &sweepWorker{e: e})
 	river.AddWorker(w, &duplicateSweepWorker{e: e})
+	river.AddWorker(w, &restoreWorker{e: e})
 }
 
 // PeriodicJobs are the leader-elected sweeps: River runs periodic jobs on

@@ -34,6 +34,55 @@ func (s *Store) FleetPaused(ctx context.Context) (bool, error) {
 	return p, nil
 }
 
+// PauseState is a pause switch as people read it: on or off, since when
+// and by whom (Since is nil for a switch that is off, or was set before it
+// was recorded).
+type PauseState struct {
+	Paused bool
+	Since  *time.Time
+	By     string
+}
+
+// Words says the switch's state: "Claiming", or "Paused since 20:14 UTC by
+// admin@example.com".
+func (p PauseState) Words() string {
+	if !p.Paused {
+		return "Claiming"
+	}
+	s := "Paused"
+	if p.Since != nil {
+		if time.Since(*p.Since) > 20*time.Hour {
+			s += " since " + p.Since.UTC().Format("Jan 2 15:04 UTC")
+		} else {
+			s += " since " + p.Since.UTC().Format("15:04 UTC")
+		}
+	}
+	if p.By != "" {
+		s += " by " + p.By
+	}
+	return s
+}
+
+// PauseOf reads a pause switch: the fleet's when tenant is empty, else the
+// tenant's.
+func (s *Store) PauseOf(ctx context.Context, tenant string) (PauseState, error) {
+	var p PauseState
+	var by *string
+	var err error
+	if tenant == "" {
+		err = s.pool.QueryRow(ctx, `SELECT paused, paused_at, paused_by FROM fleet_switches`).Scan(&p.Paused, &p.Since, &by)
+	} else {
+		err = db.TenantRow(ctx, s.pool, tenant, `SELECT paused, paused_at, paused_by FROM tenants WHERE id = $1`, tenant).Scan(&p.Paused, &p.Since, &by)
+	}
+	if err != nil {
+		return p, fmt.Errorf("claim: pause switch: %w", err)
+	}
+	if by != nil {
+		p.By = *by
+	}
+	return p, nil
+}
+
 // AgentNotifier tells a tenant's agents that a pause switch changed, inside
 // the transaction of the change (tenant scope), so the switch and the news
 // commit together. The fleet store implements it (fleet.PauseNotifier):
@@ -63,7 +112,10 @@ func (s *Store) SetPaused(ctx context.Context, by audit.Entry, tenant string, pa
 	}
 	if tenant == "" {
 		err := audit.InSystem(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `UPDATE fleet_switches SET paused = $1, updated_at = now()`, paused); err != nil {
+			// paused_at keeps the moment it was first switched on.
+			if _, err := tx.Exec(ctx, `UPDATE fleet_switches SET updated_at = now(),
+					paused_at = CASE WHEN NOT $1 THEN NULL WHEN paused THEN paused_at ELSE now() END,
+					paused_by = CASE WHEN NOT $1 THEN NULL WHEN paused THEN paused_by ELSE $2 END, paused = $1`, paused, by.Actor); err != nil {
 				return err
 			}
 			return appendAudit(ctx, tx, by, action, "fleet", map[string]any{"scope": "fleet"})
@@ -90,7 +142,10 @@ func (s *Store) SetPaused(ctx context.Context, by audit.Entry, tenant string, pa
 		return first
 	}
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE tenants SET paused = $2 WHERE id = $1`, tenant, paused)
+		tag, err := tx.Exec(ctx, `UPDATE tenants SET
+				paused_at = CASE WHEN NOT $2 THEN NULL WHEN paused THEN paused_at ELSE now() END,
+				paused_by = CASE WHEN NOT $2 THEN NULL WHEN paused THEN paused_by ELSE $3 END, paused = $2
+			WHERE id = $1`, tenant, paused, by.Actor)
 		if err != nil {
 			return err
 		}

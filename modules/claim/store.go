@@ -223,13 +223,16 @@ func reLeasable(a, p string) string {
 // expiry, the daily cap and review are read in the same statement.
 var leaseSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
-                    lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, load_expires_at, cell)
+                    lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, board_clock_error_ms, load_expires_at, cell)
 SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, $7::uuid,
        clock_timestamp() + make_interval(secs => $5), clock_timestamp(),
-       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.expires_at, j.cell
+       j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.board_clock_error_ms, j.expires_at, j.cell
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
+  -- A restored database holds the tenant's leases until its bookings
+  -- have been looked up (restore.go).
+  AND NOT claim_restore_held($1)
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
   -- A loser that already sees a live claim stops here, without queueing
   -- for the row lock; the ON CONFLICT condition below still decides.
@@ -244,6 +247,7 @@ ON CONFLICT (tenant_id, target_job_key) DO UPDATE SET
     lease_expires_at = EXCLUDED.lease_expires_at, leased_at = EXCLUDED.leased_at,
     published_at = EXCLUDED.published_at, seen_at = EXCLUDED.seen_at,
     queued_at = EXCLUDED.queued_at, clock_error_ms = EXCLUDED.clock_error_ms,
+    board_clock_error_ms = EXCLUDED.board_clock_error_ms,
     load_expires_at = EXCLUDED.load_expires_at, cell = EXCLUDED.cell,
     act_deadline = NULL, act_started_at = NULL, act_sent_at = NULL, confirmed_at = NULL,
     outcome = NULL, outcome_detail = NULL, settled_at = NULL, attempts = c.attempts + 1,
@@ -333,7 +337,8 @@ type leaseDiag struct {
 	rate                                                                      int64
 	state                                                                     *string
 	// blocked: a release that may not be leased again (given up, or not
-	// cleared by a fresh look-up after an UNKNOWN).
+	// cleared by a fresh look-up after an UNKNOWN), or a tenant held after
+	// a restore.
 	blocked bool
 	// held: the durability hold stops this tenant.
 	held bool
@@ -352,7 +357,7 @@ SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
        j.job_key IS NULL OR ` + reviewOK + `, COALESCE(j.rate_cents, 0),
        (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2),
        COALESCE((SELECT x.state = 'RELEASED' AND NOT ` + reLeasable("x", "$3") + ` FROM claims x
-                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false),
+                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false) OR claim_restore_held($1),
        NOT ` + durableOK + `
 FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
 WHERE t.id = $1`
@@ -527,6 +532,12 @@ func (ReconcileArgs) InsertOpts() river.InsertOpts {
 // attempt of the job is never refused: it is applied as late evidence
 // (reportSlow); stale TAKEN, NOT_SENT and UNKNOWN are refused.
 func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h Holder, o Outcome) error {
+	return s.report(ctx, tenant, key, token, h, o, true)
+}
+
+// report is Report; lost says whether an outcome of a lease a restore lost
+// is still to be recognised (reportLost reports with it false).
+func (s *Store) report(ctx context.Context, tenant, key string, token int64, h Holder, o Outcome, lost bool) error {
 	var set string
 	switch o.Result {
 	case Confirmed:
@@ -574,6 +585,15 @@ func (s *Store) Report(ctx context.Context, tenant, key string, token int64, h H
 		return fmt.Errorf("claim: report %s: %w", key, err)
 	}
 	if n == 0 {
+		// A lease of the history a restore lost: evidence, not refused.
+		if lost {
+			if yes, err := s.lostToken(ctx, token); err != nil || yes {
+				if err != nil {
+					return err
+				}
+				return s.reportLost(ctx, tenant, key, token, h, o)
+			}
+		}
 		// A CONFIRMED of another attempt, a claim marked late_evidence, or
 		// a refusal: decided under the claim's lock.
 		return s.reportSlow(ctx, tenant, key, token, h, o)
@@ -701,19 +721,22 @@ type Claim struct {
 	// to be settled so); EvidenceToken is the attempt whose booking it is.
 	LateEvidence  bool
 	EvidenceToken *int64
+	// BoardClockErrorMS bounds publish → detect (nil: the platform's
+	// clock was not measured; see migrations/0225_board_clock.sql).
+	BoardClockErrorMS *int64
 }
 
 const claimCols = `tenant_id::text, target_job_key, state, token, holder_agent::text, holder_worker, operation_id::text,
 	COALESCE(outcome, ''), COALESCE(outcome_detail, ''), attempts, COALESCE(cell, ''), COALESCE(clock_error_ms, 0),
 	leased_at, lease_expires_at, act_started_at, act_sent_at, confirmed_at, settled_at,
-	published_at, seen_at, queued_at, load_expires_at, late_evidence, evidence_token`
+	published_at, seen_at, queued_at, load_expires_at, late_evidence, evidence_token, board_clock_error_ms`
 
 func scanClaim(r pgx.CollectableRow) (Claim, error) {
 	var c Claim
 	err := r.Scan(&c.Tenant, &c.Key, &c.State, &c.Token, &c.Holder.Agent, &c.Holder.Worker, &c.OperationID,
 		&c.Outcome, &c.Detail, &c.Attempts, &c.Cell, &c.ClockErrorMS,
 		&c.LeasedAt, &c.LeaseExpiresAt, &c.ActStartedAt, &c.ActSentAt, &c.ConfirmedAt, &c.SettledAt,
-		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt, &c.LateEvidence, &c.EvidenceToken)
+		&c.PublishedAt, &c.SeenAt, &c.QueueAt, &c.LoadExpiresAt, &c.LateEvidence, &c.EvidenceToken, &c.BoardClockErrorMS)
 	return c, err
 }
 

@@ -98,9 +98,9 @@ type Table struct {
 // New returns the table of every command.
 func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
-		versionCommands(), migrateCommands(), adminCommands(), auditCommands(), agentCommands(),
-		limitCommands(), retentionCommands(), privacyCommands(),
-		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(),
+		versionCommands(), migrateCommands(), adminCommands(), keyCommands(), auditCommands(), agentCommands(),
+		limitCommands(), retentionCommands(), privacyCommands(), backupCommands(),
+		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(), platformCommands(),
 		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
 }

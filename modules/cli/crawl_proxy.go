@@ -87,11 +87,7 @@ func proxyAdd(ctx context.Context, c *Call, o *proxyAddOptions) error {
 	}
 	// Without the key a proxy with no password can still be added; a
 	// password is never stored unsealed.
-	key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), keyFile, false)
-	var v *vault.Vault
-	if err == nil {
-		v, err = vault.New(key)
-	}
+	v, err := vault.LoadRing(os.Getenv("FLEET_SECRET_KEY"), keyFile, false)
 	if err != nil && o.passwordStdin {
 		return fmt.Errorf("%v: the panel's secret key seals the password at rest; run this where the panel's --data-dir or FLEET_SECRET_KEY is", err)
 	}

@@ -91,6 +91,13 @@ func TestUnitFailedTellsTheJournalAndTheSignedWebhook(t *testing.T) {
 	require.Equal(t, 1, r.code, r)
 	require.Contains(t, r.stderr, "failed for good")
 	require.Contains(t, r.stderr, "refused")
+
+	// A token in the webhook's path or query is not repeated in the error.
+	r = run(t, "", "unit-failed", "--unit=fleetwright-agent.service", "--webhook="+srv.URL+"/hooks/PathToken88213?token=QueryToken55107", "--port="+port)
+	require.Equal(t, 1, r.code, r)
+	require.Contains(t, r.stderr, "refused")
+	require.NotContains(t, r.stderr, "PathToken88213")
+	require.NotContains(t, r.stderr, "QueryToken55107")
 }
 
 // serving runs a serving command until the test ends and returns the

@@ -72,6 +72,8 @@ func TestWrongInputIsOneLineNamingItWithStatus2(t *testing.T) {
 		{[]string{"crawl", "captcha", "show"}, "--tenant is required", "crawl captcha show --help"},
 		{[]string{"crawl", "captcha", "authorise", "--tenant=acme", "--solver"}, "--solver needs a value", "crawl captcha authorise --help"},
 		{[]string{"crawl", "captcha", "revoke", "now", "--tenant=acme"}, `unexpected argument "now"`, "crawl captcha revoke --help"},
+		{[]string{"platform", "validate"}, "takes at least 1 argument(s) (FILE…), got 0", "platform validate --help"},
+		{[]string{"platform", "validate", "p.yaml", "--tenant=acme"}, "unknown flag --tenant", "platform validate --help"},
 		{[]string{"limit", "show", "run_time"}, `unexpected argument "run_time"`, "limit show --help"},
 		{[]string{"limit", "set", "run_time"}, "takes 2 argument(s) (NAME VALUE), got 1", "limit set --help"},
 		{[]string{"limit", "set", "speed", "3"}, `unknown limit "speed"; limits: browser_concurrency`, "limit set --help"},

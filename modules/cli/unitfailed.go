@@ -77,7 +77,7 @@ func unitFailed(ctx context.Context, c *Call, o *unitFailedOptions) error {
 	req.Header.Set("X-Fleetwright-Signature", notify.Sign(secret, now, body))
 	res, err := g.Client(egress.ClientOptions{Timeout: 30 * time.Second, MaxRedirects: -1}).Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
+		return fmt.Errorf("webhook %s: %w", egress.RedactEndpoint(o.hook), egress.RedactError(err, o.hook))
 	}
 	res.Body.Close()
 	if res.StatusCode/100 != 2 {

@@ -49,7 +49,9 @@ func Mount(r chi.Router, d Deps) {
 	r.Method(http.MethodGet, "/", auth.Require(auth.Self, d.home))
 	r.Method(http.MethodGet, "/overview/figures", auth.Require(auth.Self, d.figures))
 	r.Method(http.MethodGet, "/t/{tenant}/overview/figures", auth.Require(auth.FleetRead, d.tenantFigures))
+	r.Method(http.MethodGet, AttentionPath, auth.Require(auth.Self, d.attentionFragment))
 	d.Shell.AddNav(auth.NavItem{Label: "Overview", Href: "/", Perm: auth.Self, Order: 0})
+	d.Shell.SetAttention(d.attention)
 }
 
 func (d Deps) sources() Sources {

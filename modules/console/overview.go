@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/durability"
 	"github.com/fleetwright/fleetwright/modules/auth"
@@ -48,6 +49,8 @@ type TenantFigures struct {
 	Workers    []fleet.KindCount
 	Claims     claim.Counts
 	Alarms     int
+	// Approvals are enrolled assistants' tasks held for an approval.
+	Approvals int
 	// Errs names figures that could not be read (the rest still show).
 	Errs []string
 }
@@ -60,6 +63,18 @@ func (t TenantFigures) WorkersOnline() (online, total int) {
 	}
 	return online, total
 }
+
+// WorkersHung sums the tenant's workers running but hung or crash-looping.
+func (t TenantFigures) WorkersHung() int {
+	n := 0
+	for _, k := range t.Workers {
+		n += k.Hung
+	}
+	return n
+}
+
+// Waiting is what waits for a person: claim reviews and assistant approvals.
+func (t TenantFigures) Waiting() int { return t.Claims.Reviews + t.Approvals }
 
 // StageFigure is one claim stage over the last hour.
 type StageFigure struct {
@@ -179,8 +194,14 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 					}
 					kinds[k.Kind].Online += k.Online
 					kinds[k.Kind].Total += k.Total
+					kinds[k.Kind].Hung += k.Hung
 				}
 			}
+		}
+		if n, err := pendingApprovals(ctx, src.DB, t.ID); err != nil {
+			f.Errs = append(f.Errs, "approvals")
+		} else {
+			f.Approvals = n
 		}
 		if list, err := alarm.ListTenant(ctx, src.DB, t.ID, true, 1000); err != nil {
 			f.Errs = append(f.Errs, "alarms")
@@ -196,6 +217,7 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 		o.Total.Claims.Taken += f.Claims.Taken
 		o.Total.Claims.Unknown += f.Claims.Unknown
 		o.Total.Claims.Reviews += f.Claims.Reviews
+		o.Total.Approvals += f.Approvals
 		for _, e := range f.Errs {
 			o.Errs = append(o.Errs, t.Name+": "+e)
 		}
@@ -335,4 +357,17 @@ func retentionFigure(ctx context.Context, src Sources, tenants []auth.Tenant, sy
 		}
 	}
 	return f
+}
+
+// pendingApprovals counts the tenant's assistant tasks held for approval.
+func pendingApprovals(ctx context.Context, pool *pgxpool.Pool, tenantID string) (int, error) {
+	var n int
+	err := db.TenantRow(ctx, pool, tenantID, `SELECT count(*) FROM agents ag
+		CROSS JOIN LATERAL jsonb_array_elements(CASE jsonb_typeof(ag.assistant_report->'tasks') WHEN 'array'
+		      THEN ag.assistant_report->'tasks' ELSE '[]'::jsonb END) t
+		WHERE ag.retired_at IS NULL AND ag.assistant_report IS NOT NULL AND COALESCE(t->>'pending_approval', '') <> ''`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("console: approvals: %w", err)
+	}
+	return n, nil
 }

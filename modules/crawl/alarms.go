@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"time"
 
@@ -274,16 +273,14 @@ func (r *Rules) webhook(ctx context.Context, tenant string, job Job, event strin
 	for range 2 {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 		if err != nil {
-			last = err
+			last = egress.RedactError(err, target)
 			break
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", "fleetwright-crawl")
 		req.Header.Set("X-Fleetwright-Job", job.Name)
 		resp, err := client.Do(req)
-		if ue, ok := err.(*url.Error); ok {
-			err = ue.Err // its text holds the whole URL, token and all
-		}
+		err = egress.RedactError(err, target) // a url.Error's text holds the whole URL, token and all
 		if err == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
@@ -294,10 +291,5 @@ func (r *Rules) webhook(ctx context.Context, tenant string, job Job, event strin
 		}
 		last = err
 	}
-	u, _ := url.Parse(target)
-	host := ""
-	if u != nil {
-		host = u.Scheme + "://" + u.Host + "/…"
-	}
-	r.Log.Warn("crawl: job webhook failed", "job", job.Name, "webhook", host, "alarm", v.Kind, "err", last)
+	r.Log.Warn("crawl: job webhook failed", "job", job.Name, "webhook", egress.RedactEndpoint(target), "alarm", v.Kind, "err", last)
 }

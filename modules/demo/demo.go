@@ -279,10 +279,10 @@ func banner(w io.Writer, info Info, password string) {
 	}
 	signIn := fmt.Sprintf(`%s
              one-time password: %s
-             (set up two-factor authentication in the browser at this sign-in;
-              later starts keep both; --reset-admin sets new ones)`, info.AdminEmail, password)
+             (at this sign-in, set up two-factor authentication and choose
+              your own password; later starts keep both; --reset-admin sets new ones)`, info.AdminEmail, password)
 	if password == "" {
-		signIn = fmt.Sprintf(`%s with the password and authenticator set at the first start
+		signIn = fmt.Sprintf(`%s with the password and authenticator you set at the first sign-in
              (lost them? start once with --reset-admin)`, info.AdminEmail)
 	}
 	first := info.ConsoleURL + "t/" + Tenants[0].Slug

@@ -40,8 +40,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // every agent online on each tenant's fleet page and the board confirm
 // claims with no duplicate, stops with SIGINT leaving no process behind, and
 // starts again on the same data: nothing is created twice, tokens are
-// reused, the admin signs in with the same password and authenticator and
-// claims go on; a third start with --reset-admin prints a new password.
+// reused, the admin signs in with the password they chose and the same
+// authenticator and claims go on; a third start with --reset-admin prints a new password.
 // Every console link the banner prints opens its page.
 func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	bin := testenv.Binary(t)
@@ -118,7 +118,7 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	require.Contains(t, p.Output(), "tenant moved to assign dispatch")
 	info2 := readInfo(t, data)
 	require.Equal(t, info.BoardAdminToken, info2.BoardAdminToken, "the board keeps its admin token")
-	cl = signInEnrolled(t, run2.console, run.password, secret)
+	cl = signInEnrolled(t, run2.console, ownPassword, secret)
 	fleetOnline(t, cl, run2.console)
 	claimsConfirmed(t, run2.board, info2.BoardAdminToken, first)
 	stop(t, p, data)
@@ -129,8 +129,10 @@ func TestDemoRunsClaimsStopsCleanAndRestarts(t *testing.T) {
 	run3 := follow(t, p)
 	require.NotEmpty(t, run3.password)
 	require.NotEqual(t, run.password, run3.password)
-	res, _ := do(t, browserless(), "POST", run3.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {run.password}})
-	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the reset password no longer works")
+	for _, old := range []string{run.password, ownPassword} {
+		res, _ := do(t, browserless(), "POST", run3.console+"/signin", url.Values{"email": {demo.AdminEmail}, "password": {old}})
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode, "the reset password no longer works")
+	}
 	signIn(t, run3.console, run3.password)
 	stop(t, p, data)
 }
@@ -241,7 +243,8 @@ func do(t *testing.T, c *http.Client, method, u string, form url.Values) (*http.
 var secretRe = regexp.MustCompile(`data-testid="totp-secret">([A-Z2-7 ]+)<`)
 
 // signIn signs the demo admin in with the printed password and enrols TOTP
-// from the page, as a person would; it returns the enrolled secret.
+// from the page, then replaces the one-time password with ownPassword, as a
+// person would; it returns the enrolled secret.
 func signIn(t *testing.T, console, password string) (*http.Client, string) {
 	t.Helper()
 	cl := browserless()
@@ -257,8 +260,20 @@ func signIn(t *testing.T, console, password string) (*http.Client, string) {
 	require.NoError(t, err)
 	res, _ = do(t, cl, "POST", console+"/signin/mfa", url.Values{"code": {code}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	// The printed password is one-time: nothing opens until the admin
+	// chooses their own.
+	res, _ = do(t, cl, "GET", console+"/t/acme/fleet", nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "/account", res.Header.Get("Location"))
+	res, _ = do(t, cl, "POST", console+"/account/password", url.Values{"current": {password}, "password": {ownPassword}})
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	res, _ = do(t, cl, "GET", console+"/t/acme/fleet", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
 	return cl, secret
 }
+
+// ownPassword is the one the demo admin chooses at the first sign-in.
+const ownPassword = "Quiet-Harbour-Lantern-42"
 
 // signInEnrolled signs the admin in with the password and the
 // authenticator enrolled before: no enrolment is offered again.

@@ -257,7 +257,8 @@ func (s *seeder) setPlatform(ctx context.Context, tenantID string, a Agent) erro
 }
 
 // admin creates the demo's administrator with a one-time password on the
-// first start. Later starts keep its password and TOTP enrolment (a person
+// first start (the first sign-in with it must choose a new one: it was
+// printed on a terminal). Later starts keep its password and TOTP enrolment (a person
 // does not re-enrol an authenticator at every restart) and return "";
 // with reset it gets a new one-time password and its enrolment and
 // sessions are reset, so enrolment follows at the next sign-in.
@@ -269,7 +270,7 @@ func (s *seeder) admin(ctx context.Context, reset bool) (string, error) {
 	password := account.GeneratePassword()
 	logging.RegisterSecret(password)
 	if errors.Is(err, account.ErrNoUser) {
-		_, err = account.CreateUser(ctx, s.p.DB, account.NewUser{Email: AdminEmail, Role: auth.Admin, Password: password}, s.by)
+		_, err = account.CreateUser(ctx, s.p.DB, account.NewUser{Email: AdminEmail, Role: auth.Admin, Password: password, MustChange: true}, s.by)
 		if err != nil {
 			return "", fmt.Errorf("demo: create admin: %w", err)
 		}
@@ -280,7 +281,7 @@ func (s *seeder) admin(ctx context.Context, reset bool) (string, error) {
 	}
 	by := s.by
 	by.Detail = map[string]any{"user_id": u.ID, "reason": "demo start with --reset-admin: new one-time password"}
-	if err := account.ResetPassword(ctx, s.p.DB, u.ID, password, false, by); err != nil {
+	if err := account.ResetPassword(ctx, s.p.DB, u.ID, password, true, by); err != nil {
 		return "", fmt.Errorf("demo: reset admin password: %w", err)
 	}
 	if err := account.ResetMFA(ctx, s.p.DB, u.ID, s.by); err != nil {

@@ -15,10 +15,11 @@ import (
 
 // KindCount is how many workers of one kind a tenant runs: Total declared
 // on the accounts of its live (not retired) agents, Online reported running
-// by agents connected now.
+// by agents connected now and not hung or crash-looping (Hung: running but
+// with such an open alarm; they do not count as online).
 type KindCount struct {
-	Kind          string
-	Online, Total int
+	Kind                string
+	Online, Total, Hung int
 }
 
 // WorkerCounts returns the tenant's workers by kind, for the overview.
@@ -31,8 +32,21 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 		return by[kind]
 	}
 	err := db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		unwell := map[string]bool{} // "<agent id>/<worker>"
+		hr, err := tx.Query(ctx, `SELECT key FROM alarms WHERE tenant_id = app_tenant() AND resolved_at IS NULL
+			AND kind IN ('worker.hung', 'worker.crash_loop')`)
+		if err != nil {
+			return err
+		}
+		keys, err := pgx.CollectRows(hr, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			unwell[k] = true
+		}
 		rows, err := tx.Query(ctx, `
-			SELECT ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id
+			SELECT ag.id::text, ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r WHERE r.id = ag.replica_id
 			                                AND r.last_seen > now() - make_interval(secs => $1)),
 			       ag.state, ac.workers
 			FROM agents ag JOIN accounts ac ON ac.id = ag.account_id
@@ -42,9 +56,10 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 		}
 		defer rows.Close()
 		for rows.Next() {
+			var id string
 			var online bool
 			var st, ws []byte
-			if err := rows.Scan(&online, &st, &ws); err != nil {
+			if err := rows.Scan(&id, &online, &st, &ws); err != nil {
 				return err
 			}
 			var specs []wire.WorkerSpec
@@ -58,7 +73,11 @@ func (s *Store) WorkerCounts(ctx context.Context, tenant string) ([]KindCount, e
 			var state wire.State
 			_ = json.Unmarshal(st, &state)
 			for _, w := range state.Workers {
-				if w.State == wire.WorkerRunning {
+				switch {
+				case w.State != wire.WorkerRunning:
+				case unwell[id+"/"+w.Name]:
+					get(w.Kind).Hung++
+				default:
 					get(w.Kind).Online++
 				}
 			}

@@ -51,6 +51,11 @@ type report struct {
 		P50   float64 `json:"p50_ms"`
 		P95   float64 `json:"p95_ms"`
 		P99   float64 `json:"p99_ms"`
+		Clock *struct {
+			Measured int     `json:"measured"`
+			P50      float64 `json:"p50_ms"`
+			Max      float64 `json:"max_ms"`
+		} `json:"board_clock"`
 	} `json:"stages"`
 	Panel map[string]struct {
 		Count int     `json:"count"`
@@ -145,6 +150,12 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 		require.Positive(t, s.Count, stage)
 		require.True(t, s.P50 <= s.P95 && s.P95 <= s.P99, "%s percentiles in order: %+v", stage, s)
 	}
+	// publish → detect rests on the watchers' readings of the board's clock,
+	// whose bounds are kept with the figure.
+	pd := rep.Stages["publish_detect"]
+	require.NotNil(t, pd.Clock)
+	require.Positive(t, pd.Clock.Measured, "the board's clock was measured")
+	require.LessOrEqual(t, pd.Clock.P50, pd.Clock.Max)
 	// The run dispatches in the default mode, assign: the replicas granted
 	// jobs (the gate's checks and the grants' pub/sub hop measured too).
 	require.Equal(t, "assign", rep.DispatchMode)

@@ -22,6 +22,17 @@ type Stage struct {
 	P95   float64 `json:"p95_ms"`
 	P99   float64 `json:"p99_ms"`
 	Max   float64 `json:"max_ms"`
+	// Clock (publish_detect only): the error bounds of the platform clock
+	// readings the figure rests on, and how many of its claims had one.
+	Clock *ClockBound `json:"board_clock,omitempty"`
+}
+
+// ClockBound summarises the platform clock's error bounds behind
+// publish → detect.
+type ClockBound struct {
+	Measured int     `json:"measured"`
+	P50      float64 `json:"p50_ms"`
+	Max      float64 `json:"max_ms"`
 }
 
 // Unknowns says how the claims that became UNKNOWN were settled.
@@ -178,6 +189,7 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 		c              claim.Claim
 	}
 	spans := map[string][]float64{}
+	var boardBounds []float64
 	add := func(name string, a, b *time.Time) {
 		if a != nil && b != nil && !b.Before(*a) {
 			spans[name] = append(spans[name], float64(b.Sub(*a).Microseconds())/1000)
@@ -186,10 +198,10 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 	for ti, t := range r.tenants {
 		tid := r.tenantIDs[ti]
 		rows, err := r.super.Query(ctx, `SELECT target_job_key, state, COALESCE(outcome, ''), leased_at, act_sent_at, confirmed_at,
-				published_at, seen_at, queued_at
+				published_at, seen_at, queued_at, board_clock_error_ms
 			FROM claims WHERE tenant_id = $1
 			UNION ALL SELECT target_job_key, state, COALESCE(outcome, ''), leased_at, act_sent_at, confirmed_at,
-				published_at, seen_at, queued_at
+				published_at, seen_at, queued_at, board_clock_error_ms
 			FROM claims_archive WHERE tenant_id = $1`, tid)
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: read claims: %w", err)
@@ -198,7 +210,7 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 		for rows.Next() {
 			var x row
 			if err := rows.Scan(&x.c.Key, &x.state, &x.outcome, &x.c.LeasedAt, &x.c.ActSentAt, &x.c.ConfirmedAt,
-				&x.c.PublishedAt, &x.c.SeenAt, &x.c.QueueAt); err != nil {
+				&x.c.PublishedAt, &x.c.SeenAt, &x.c.QueueAt, &x.c.BoardClockErrorMS); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("loadtest: read claims: %w", err)
 			}
@@ -210,6 +222,9 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 				c := x.c
 				leased := &c.LeasedAt
 				add("publish_detect", c.PublishedAt, c.SeenAt)
+				if c.BoardClockErrorMS != nil && c.PublishedAt != nil && c.SeenAt != nil {
+					boardBounds = append(boardBounds, float64(*c.BoardClockErrorMS))
+				}
 				add("seen_queued", c.SeenAt, c.QueueAt)
 				add("queued_leased", c.QueueAt, leased)
 				add("detect_leased", c.SeenAt, leased)
@@ -284,6 +299,11 @@ func (r *runner) gather(ctx context.Context) (*Report, error) {
 
 	for name, v := range spans {
 		rep.Stages[name] = percentiles(v)
+	}
+	if s, ok := rep.Stages["publish_detect"]; ok {
+		b := percentiles(boardBounds)
+		s.Clock = &ClockBound{Measured: b.Count, P50: b.P50, Max: b.Max}
+		rep.Stages["publish_detect"] = s
 	}
 	var rtts []float64
 	rows, err := r.super.Query(ctx, `SELECT rtt_ms FROM agents WHERE rtt_ms IS NOT NULL`)
@@ -464,6 +484,9 @@ func (rep *Report) WriteText(w io.Writer) {
 	for _, name := range stageOrder {
 		s := rep.Stages[name]
 		p("    %-30s %7d %8.1f %8.1f %8.1f %8.1f", name, s.Count, s.P50, s.P95, s.P99, s.Max)
+		if s.Clock != nil {
+			p("      platform clock measured on %d of %d: error bound p50 ±%.1f ms, worst ±%.1f ms", s.Clock.Measured, s.Count, s.Clock.P50, s.Clock.Max)
+		}
 	}
 	if len(rep.Panel) > 0 {
 		p("  the panel's own share of detect→leased (inside the replicas):")

@@ -43,6 +43,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/logging"
 	"github.com/fleetwright/fleetwright/app/vault"
 	"github.com/fleetwright/fleetwright/modules/alarm"
@@ -422,7 +423,7 @@ func (n *Notifier) webhook(ctx context.Context, c Channel, m Message) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, c.Target, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("notify: webhook request: %w", err)
+		return fmt.Errorf("notify: webhook request: %w", egress.RedactError(err, c.Target))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "fleetwright-notify")
@@ -430,7 +431,7 @@ func (n *Notifier) webhook(ctx context.Context, c Channel, m Message) error {
 	req.Header.Set("X-Fleetwright-Signature", Sign(string(secret), n.cfg.Clock.Now(), body))
 	res, err := n.cfg.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("notify: webhook %s: %w", redactURL(c.Target), err)
+		return fmt.Errorf("notify: webhook %s: %w", redactURL(c.Target), egress.RedactError(err, c.Target))
 	}
 	defer res.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
@@ -440,14 +441,9 @@ func (n *Notifier) webhook(ctx context.Context, c Channel, m Message) error {
 	return nil
 }
 
-// redactURL keeps a token in a webhook's path or query out of logs.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(malformed URL)"
-	}
-	return u.Scheme + "://" + u.Host + "/…"
-}
+// redactURL keeps a token in a webhook's path or query out of logs,
+// stored errors and pages.
+func redactURL(s string) string { return egress.RedactEndpoint(s) }
 
 func (n *Notifier) email(c Channel, m Message) error {
 	s := n.cfg.SMTP

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/clock"
+	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/app/vault"
@@ -301,4 +302,66 @@ func TestBadChannelsAreRefusedClearly(t *testing.T) {
 		})
 		require.ErrorContains(t, err, c.want)
 	}
+}
+
+// TestWebhookTokensReachNoLogAndNoStoredError: a receiver's token in the
+// URL's path and query never appears in the panel's log or in
+// notify_deliveries.last_error, whichever way the delivery fails — the
+// guard's refusal, a dead port (the wrapped url.Error carries the URL) or
+// an error status.
+func TestWebhookTokensReachNoLogAndNoStoredError(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	const pathToken, queryToken = "T0kenInThePath7731", "S3cretInTheQuery9915"
+	r := newReceiver(t)
+	r.fail = 100
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadURL := "http://" + dead.Addr().String()
+	require.NoError(t, dead.Close())
+	hook := "/hooks/" + pathToken + "/fleet?token=" + queryToken + "&x=1"
+
+	refused := b.notifier(guardFor(t, r.srv.URL, false), "")
+	b.create(t, refused, notify.Channel{Name: "refused", Kind: "webhook", Target: r.srv.URL + hook})
+	_, err = alarm.Raise(ctx, b.d.App, alarm.Alarm{Kind: "cell.failing", Key: "eu", Severity: alarm.Critical, Summary: "cell eu failing"})
+	require.NoError(t, err)
+	require.NoError(t, refused.Deliver(ctx))
+	require.Contains(t, b.logs.String(), "refused")
+
+	// The dead port and the failing receiver, both admitted by the guard.
+	_, deadPort, _ := net.SplitHostPort(strings.TrimPrefix(deadURL, "http://"))
+	p, _ := strconv.Atoi(deadPort)
+	_, rPort, _ := net.SplitHostPort(strings.TrimPrefix(r.srv.URL, "http://"))
+	q, _ := strconv.Atoi(rPort)
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Ports: []int{p, q}, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	require.NoError(t, err)
+	n := b.notifier(g.Client(egress.ClientOptions{Timeout: 5 * time.Second, MaxRedirects: -1}), "")
+	b.clk.Advance(time.Second) // the channels exist before the next alarm
+	b.create(t, n, notify.Channel{Name: "dead", Kind: "webhook", Target: deadURL + hook})
+	b.create(t, n, notify.Channel{Name: "failing", Kind: "webhook", Target: r.srv.URL + hook})
+	_, err = alarm.Raise(ctx, b.d.App, alarm.Alarm{Kind: "cell.failing", Key: "us", Severity: alarm.Critical, Summary: "cell us failing"})
+	require.NoError(t, err)
+	require.NoError(t, n.Deliver(ctx))
+
+	logs := b.logs.String()
+	require.Contains(t, logs, "channel=dead")
+	require.Contains(t, logs, "channel=failing")
+	var stored []string
+	require.NoError(t, db.InTenant(ctx, b.d.App, alarm.System, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT last_error FROM notify_deliveries WHERE last_error IS NOT NULL`)
+		if err != nil {
+			return err
+		}
+		stored, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}))
+	all := strings.Join(stored, "\n")
+	require.Contains(t, all, "refused", "the guard's refusal is recorded")
+	require.Contains(t, all, "connection refused", "the dead port is recorded")
+	for _, s := range append(stored, logs) {
+		require.NotContains(t, s, pathToken)
+		require.NotContains(t, s, queryToken)
+		require.NotContains(t, s, "token=")
+	}
+	require.Contains(t, all, "500", "the error status is recorded")
 }

@@ -515,11 +515,9 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if keyFile == "" {
 		keyFile = filepath.Join(cfg.DataDir, "secret.key")
 	}
-	key, err := vault.Load(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
-	if err != nil {
-		return fmt.Errorf("panel: %w", err)
-	}
-	v, err := vault.New(key)
+	// The key ring follows the key file and secret.key.next: a rotation
+	// reaches this replica without a restart (app/vault, ring.go).
+	v, err := vault.LoadRing(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
 	if err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
@@ -585,7 +583,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	p.hbStop = hbStop
 	go func() {
 		defer close(p.hbDone)
-		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, log)
+		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, v.KeyIDs, log)
 	}()
 	log.Info("panel ready", "console", "http://"+p.srv.Addr()+"/", "data_dir", cfg.DataDir)
 	return nil

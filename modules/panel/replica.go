@@ -28,13 +28,15 @@ func newReplicaID() string {
 }
 
 // heartbeat keeps this replica's row fresh until ctx ends, then removes it.
-func heartbeat(ctx context.Context, db *pgxpool.Pool, id, listen, version string, log *slog.Logger) {
+// Each beat also reports the ids of the secret keys the replica holds (keys
+// looks at the key files first), which a key rotation waits for.
+func heartbeat(ctx context.Context, db *pgxpool.Pool, id, listen, version string, keys func() []string, log *slog.Logger) {
 	host, _ := os.Hostname()
 	started := time.Now()
 	beat := func(ctx context.Context) {
-		_, err := db.Exec(ctx, `INSERT INTO panel_replicas (id, host, listen, version, pid, started_at, last_seen)
-			VALUES ($1, $2, $3, $4, $5, $6, now())
-			ON CONFLICT (id) DO UPDATE SET last_seen = now()`, id, host, listen, version, os.Getpid(), started)
+		_, err := db.Exec(ctx, `INSERT INTO panel_replicas (id, host, listen, version, pid, started_at, last_seen, key_ids)
+			VALUES ($1, $2, $3, $4, $5, $6, now(), $7)
+			ON CONFLICT (id) DO UPDATE SET last_seen = now(), key_ids = $7`, id, host, listen, version, os.Getpid(), started, keys())
 		if err != nil && ctx.Err() == nil {
 			log.Warn("replica heartbeat failed", "err", err)
 		}

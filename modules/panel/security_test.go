@@ -74,7 +74,7 @@ func TestAuditRecordsTheClientsAddressAndTrustsOnlyConfiguredProxies(t *testing.
 
 		res, _ := paneltest.Do(t, cl, "POST", c.Server.URL+"/t/alpha/fleet/agents/"+agentID+"/pause", url.Values{})
 		require.Equal(t, http.StatusSeeOther, res.StatusCode)
-		res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+"/t/alpha/claims/pause", url.Values{"paused": {"true"}})
+		res, _ = paneltest.Do(t, cl, "POST", c.Server.URL+"/t/alpha/claims/pause", url.Values{"paused": {"true"}, "confirm": {"yes"}})
 		require.Equal(t, http.StatusSeeOther, res.StatusCode)
 
 		require.Equal(t, []string{wantIP}, ips(t, c, alpha.ID, "fleet.agent.pause"))

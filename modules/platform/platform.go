@@ -221,6 +221,16 @@ type Browser interface {
 	Bookings(ctx context.Context, page *rod.Page, cursor string) (Bookings, error)
 }
 
+// ServerTimer is implemented by a browser side whose jobs responses carry
+// the platform's own clock in the body, finer than the Date header every
+// HTTP answer has. Watchers read the platform's clock offset from it, so the
+// panel can put published_at on its own clock (docs/CLAIMS.md).
+type ServerTimer interface {
+	// ServerTime reads the platform's time from a jobs response body
+	// (false when the body carries none).
+	ServerTime(body []byte) (time.Time, bool)
+}
+
 // Adapter is one platform.
 type Adapter interface {
 	// Name is the platform's name in worker settings ("sandbox").

@@ -34,6 +34,31 @@ type Sighting struct {
 type Detected struct {
 	Worker    string     `json:"worker"`
 	Sightings []Sighting `json:"sightings"`
+	// BoardClock is the watcher's latest reading of the platform's clock
+	// against the agent's (v5), so the panel can put the platform's
+	// published_at on its own clock and say how sure it is. Absent when the
+	// platform's answers carry no time the adapter reads.
+	BoardClock *BoardClock `json:"board_clock,omitempty" since:"5"`
+}
+
+// BoardClock is the platform's clock minus the agent's, measured NTP-style
+// from one feed request: the agent's clock when it was sent and when its
+// answer arrived, the platform's server time inside the answer. The true
+// offset is within OffsetMicros ± ErrorMicros (half the round trip).
+type BoardClock struct {
+	OffsetMicros int64 `json:"offset_us"`
+	ErrorMicros  int64 `json:"error_us"`
+	// MeasuredAt is the agent's clock when the chosen reading's answer
+	// arrived.
+	MeasuredAt time.Time `json:"measured_at"`
+}
+
+// Offset is the platform's clock minus the agent's.
+func (b BoardClock) Offset() time.Duration { return time.Duration(b.OffsetMicros) * time.Microsecond }
+
+// ErrorBound is the reading's uncertainty.
+func (b BoardClock) ErrorBound() time.Duration {
+	return time.Duration(b.ErrorMicros) * time.Microsecond
 }
 
 // Offer tells an agent that a job matching its tenant's filters is queued:

@@ -39,11 +39,14 @@ const (
 	// carry the struct tag `since:"4"` so older versions never see them (see
 	// sinceFields). Released: its fixtures are frozen.
 	V4 = 4
+	// V5 (in development, not released) adds the board's clock reading on
+	// detected. New fields on earlier messages carry `since:"5"`.
+	V5 = 5
 
 	// MinSupported is the oldest version this binary still speaks.
 	MinSupported = V1
 	// Current is the newest version this binary speaks.
-	Current = V4
+	Current = V5
 	// LatestReleased is the newest version whose fixtures are frozen. A
 	// version under development (LatestReleased < v <= Current) may still
 	// change; its fixtures are regenerated with -update.
@@ -138,6 +141,9 @@ var typesV4 = append(append([]Type(nil), typesV3...),
 	TypePageTask, TypePageResult, TypeAssistantReport,
 	TypeLeaseGrant, TypeGateCheck, TypeGateResult, TypeAssistantTask)
 
+// typesV5 adds version 5's messages to version 4's. Append only.
+var typesV5 = slices.Clone(typesV4)
+
 // typesV1 are the message types of version 1.
 var typesV1 = []Type{
 	TypeHello, TypeWelcome, TypeReject, TypeConfigure, TypePause, TypeResume,
@@ -152,6 +158,7 @@ var versionTypes = map[int][]Type{
 	V2: typesV1, // v2 changed fields only
 	V3: typesV3,
 	V4: typesV4,
+	V5: typesV5,
 }
 
 // Types returns the message types of version v (nil if unsupported).

@@ -21,13 +21,14 @@ func TestNegotiate(t *testing.T) {
 		want              int
 		incompatible, bad bool
 	}{
-		{name: "same window", agentV: 4, agentMin: 1, want: 4},
+		{name: "same window", agentV: 5, agentMin: 1, want: 5},
+		{name: "v4 agent", agentV: 4, agentMin: 1, want: 4},
 		{name: "v3 agent", agentV: 3, agentMin: 1, want: 3},
 		{name: "v2 agent", agentV: 2, agentMin: 1, want: 2},
 		{name: "old agent speaking v1 only", agentV: 1, agentMin: 1, want: 1},
-		{name: "newer agent that still accepts v4", agentV: 5, agentMin: 4, want: 4},
-		{name: "newer agent that accepts v1", agentV: 6, agentMin: 1, want: 4},
-		{name: "agent too new", agentV: 6, agentMin: 5, incompatible: true},
+		{name: "newer agent that still accepts v5", agentV: 6, agentMin: 5, want: 5},
+		{name: "newer agent that accepts v1", agentV: 7, agentMin: 1, want: 5},
+		{name: "agent too new", agentV: 7, agentMin: 6, incompatible: true},
 		{name: "min above version", agentV: 1, agentMin: 2, bad: true},
 		{name: "zero", agentV: 0, agentMin: 0, bad: true},
 	}

@@ -23,6 +23,19 @@ type Percentiles struct {
 	Stage         string
 	N             int
 	P50, P95, P99 time.Duration
+	// Clock (publish → detect only) says how well the platform's clock was
+	// known: the platform stamps published_at, the agents' clocks the
+	// sighting.
+	Clock *ClockBound
+}
+
+// ClockBound summarises the per-claim error bounds of publish → detect:
+// Measured of the stage's N claims had a reading of the platform's clock
+// (the rest compare the platform's own published_at with the panel's
+// clock, of unknown error); P50 and Max are the readings' bounds.
+type ClockBound struct {
+	Measured int
+	P50, Max time.Duration
 }
 
 // Group is the latency of one group (a cell, a worker, or the whole tenant).
@@ -43,16 +56,25 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 // Summarize computes p50/p95/p99 of every stage over claims.
 func Summarize(name string, claims []claim.Claim) Group {
 	by := map[string][]time.Duration{}
+	var bounds []time.Duration
 	for _, c := range claims {
 		for s, d := range c.StageDurations() {
 			by[s] = append(by[s], d)
+			if s == claim.StagePublishSeen && c.BoardClockErrorMS != nil {
+				bounds = append(bounds, time.Duration(*c.BoardClockErrorMS)*time.Millisecond)
+			}
 		}
 	}
+	sort.Slice(bounds, func(i, j int) bool { return bounds[i] < bounds[j] })
 	g := Group{Name: name}
 	for _, s := range claim.Stages {
 		ds := by[s]
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-		g.Stages = append(g.Stages, Percentiles{Stage: s, N: len(ds), P50: Quantile(ds, .5), P95: Quantile(ds, .95), P99: Quantile(ds, .99)})
+		p := Percentiles{Stage: s, N: len(ds), P50: Quantile(ds, .5), P95: Quantile(ds, .95), P99: Quantile(ds, .99)}
+		if s == claim.StagePublishSeen {
+			p.Clock = &ClockBound{Measured: len(bounds), P50: Quantile(bounds, .5), Max: Quantile(bounds, 1)}
+		}
+		g.Stages = append(g.Stages, p)
 	}
 	return g
 }
@@ -83,11 +105,12 @@ func GroupBy(claims []claim.Claim, by string) []Group {
 }
 
 // WriteCSV writes one row per claim: its timestamps, stage durations in
-// milliseconds and the clock error bound.
+// milliseconds, the agent clock's error bound and the platform clock's
+// (empty when the platform's clock was not measured).
 func WriteCSV(w io.Writer, claims []claim.Claim) error {
 	cw := csvsafe.NewWriter(w)
 	head := []string{"job", "state", "cell", "worker", "token", "published_at", "seen_at", "queued_at", "leased_at",
-		"act_sent_at", "confirmed_at", "clock_error_ms"}
+		"act_sent_at", "confirmed_at", "clock_error_ms", "board_clock_error_ms"}
 	for _, s := range claim.Stages {
 		head = append(head, s+"_ms")
 	}
@@ -104,7 +127,10 @@ func WriteCSV(w io.Writer, claims []claim.Claim) error {
 		leased := c.LeasedAt
 		row := []string{c.Key, string(c.State), c.Cell, c.Holder.Worker, strconv.FormatInt(c.Token, 10),
 			ts(c.PublishedAt), ts(c.SeenAt), ts(c.QueueAt), ts(&leased), ts(c.ActSentAt), ts(c.ConfirmedAt),
-			strconv.FormatInt(c.ClockErrorMS, 10)}
+			strconv.FormatInt(c.ClockErrorMS, 10), ""}
+		if c.BoardClockErrorMS != nil {
+			row[len(row)-1] = strconv.FormatInt(*c.BoardClockErrorMS, 10)
+		}
 		d := c.StageDurations()
 		for _, s := range claim.Stages {
 			if v, ok := d[s]; ok {

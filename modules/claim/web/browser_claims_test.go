@@ -137,11 +137,20 @@ func TestBrowserClaimPages(t *testing.T) {
 	require.True(t, p.MustHas(`[data-testid="review-LD-90001"]`))
 	require.True(t, p.MustHas(`[data-testid="pause-tenant"]`))
 
-	// Pausing from the page: the flash says so, the switch shows it.
+	// Pausing from the page asks first, saying what it does; confirmed,
+	// the flash says so and the switch says since when and by whom.
 	wait := p.MustWaitNavigation()
 	p.MustElement(`[data-testid="pause-tenant"]`).MustClick()
 	wait()
-	require.Equal(t, "paused", p.MustElement(`[data-testid="tenant-state"]`).MustText())
+	require.Equal(t, "Pause the claims of Acme Freight?", p.MustElement(`[data-testid="confirm-question"]`).MustText())
+	require.Contains(t, p.MustElement(`[data-testid="confirm"]`).MustText(), "takes no new load")
+	paused, err := c.Claims.Store().PauseOf(context.Background(), acme.ID)
+	require.NoError(t, err)
+	require.False(t, paused.Paused, "nothing paused before the confirmation")
+	wait = p.MustWaitNavigation()
+	p.MustElement(`[data-testid="confirm-yes"]`).MustClick()
+	wait()
+	require.Regexp(t, `^Paused since \d\d:\d\d UTC by admin@fleet.test$`, p.MustElement(`[data-testid="tenant-state"]`).MustText())
 	require.Contains(t, p.MustElement(`[data-testid="flash"]`).MustText(), "paused")
 	visit("/admin/settings", "settings", "Settings")
 	require.True(t, p.MustHas(`[data-testid="switch-acme"] .badge.bad`))

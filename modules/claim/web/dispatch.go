@@ -3,11 +3,14 @@ package web
 import (
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/tenant"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 // dispatchModeForm is an admin's change of the tenant's dispatch mode. The
@@ -21,6 +24,11 @@ func (w *web) dispatchModeForm(rw http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(auth.WithTenant(r.Context(), t))
 	mode := r.PostFormValue("mode")
+	if cur, err := tenant.ByID(r.Context(), w.Engine.Store().Pool(), t.ID); err == nil && cur.DispatchMode != mode &&
+		slices.Contains(claim.DispatchModes, mode) && !views.Confirmed(r) {
+		w.askDispatch(rw, r, t, mode)
+		return
+	}
 	err := w.Engine.SetDispatchMode(r.Context(), by(r), t.ID, mode)
 	var inv claim.Invalid
 	if errors.As(err, &inv) {

@@ -74,7 +74,11 @@ func TestDispatchModeIsAdminOnly(t *testing.T) {
 	require.Empty(t, c.Audited(t, alpha.ID, "claim.dispatch_mode"))
 	require.Equal(t, claim.DispatchAssign, mode())
 
-	res, _ = paneltest.Do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"race"}})
+	res, body = paneltest.Do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"race"}})
+	require.Equal(t, http.StatusOK, res.StatusCode, "the server asks first")
+	require.Equal(t, "Switch Alpha Freight to race mode?", paneltest.TestIDText(t, body, "confirm-question"))
+	require.Equal(t, claim.DispatchAssign, mode())
+	res, _ = paneltest.Do(t, ac, "POST", base+"/dispatch", url.Values{"mode": {"race"}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Equal(t, claim.DispatchRace, mode())
 	a := c.Audited(t, alpha.ID, "claim.dispatch_mode")

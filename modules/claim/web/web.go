@@ -274,11 +274,13 @@ type settingsModel struct {
 	Slug        string
 	Tenant      tenant.Tenant
 	FleetPaused bool
-	Filters     []filterInput
-	Reviews     []claim.Review
-	Audit       []claim.AuditRecord
-	Grace       time.Duration
-	CanSteer    bool
+	// Pause is the tenant's switch in words.
+	Pause    claim.PauseState
+	Filters  []filterInput
+	Reviews  []claim.Review
+	Audit    []claim.AuditRecord
+	Grace    time.Duration
+	CanSteer bool
 	// Errors by form ("limits", "filter-new", "filter-<id>").
 	Errors     map[string]string
 	CapInput   string
@@ -305,6 +307,9 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 		return m, err
 	}
 	m.CapInput, m.RevInput = intOr(m.Tenant.DailyBookingCap), money(m.Tenant.ReviewAboveCents)
+	if m.Pause, err = w.Engine.Store().PauseOf(ctx, at.ID); err != nil {
+		return m, err
+	}
 	if m.FleetPaused, err = w.Engine.Store().FleetPaused(ctx); err != nil {
 		return m, err
 	}
@@ -368,6 +373,10 @@ func (w *web) refuse(rw http.ResponseWriter, r *http.Request, form string, msg s
 func (w *web) pauseTenant(rw http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
 	paused := r.PostFormValue("paused") == "true"
+	if paused && !views.Confirmed(r) {
+		w.askPauseTenant(rw, r, t)
+		return
+	}
 	if err := w.Engine.Store().SetPaused(r.Context(), by(r), t.ID, paused); err != nil {
 		w.fail(rw, r, "tenant pause", err)
 		return
@@ -500,6 +509,9 @@ func (w *web) deleteFilter(rw http.ResponseWriter, r *http.Request) {
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
 	if err != nil {
 		err = claim.Invalid("there is no such filter")
+	} else if !views.Confirmed(r) {
+		w.askDeleteFilter(rw, r, t, id)
+		return
 	} else {
 		err = w.Engine.DeleteFilter(r.Context(), by(r), t.ID, id)
 	}
@@ -656,6 +668,9 @@ func (w *web) deleteCell(rw http.ResponseWriter, r *http.Request) {
 
 func (w *web) routeTenant(rw http.ResponseWriter, r *http.Request) {
 	tenant, name := r.PostFormValue("tenant"), r.PostFormValue("cell")
+	if !views.Confirmed(r) && w.askRoute(rw, r, tenant, name) {
+		return
+	}
 	err := w.Engine.RouteTenant(r.Context(), by(r), tenant, name)
 	var inv claim.Invalid
 	if errors.As(err, &inv) {
@@ -671,6 +686,7 @@ func (w *web) routeTenant(rw http.ResponseWriter, r *http.Request) {
 
 type adminModel struct {
 	FleetPaused bool
+	FleetPause  claim.PauseState
 	Tenants     []tenant.Tenant
 	Grace       time.Duration
 	Config      claim.Config
@@ -680,7 +696,8 @@ type adminModel struct {
 func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
 	m := adminModel{Config: w.Engine.Config(), Grace: w.Engine.Config().Grace}
 	var err error
-	if m.FleetPaused, err = w.Engine.Store().FleetPaused(r.Context()); err == nil {
+	if m.FleetPause, err = w.Engine.Store().PauseOf(r.Context(), ""); err == nil {
+		m.FleetPaused = m.FleetPause.Paused
 		if m.Tenants, err = w.acrossTenants(r, "show every tenant's pause switch, cap and review threshold"); err == nil {
 			m.Audit, err = w.Engine.Store().SettingsLog(r.Context(), audit.System, 20)
 		}
@@ -694,6 +711,10 @@ func (w *web) adminSettings(rw http.ResponseWriter, r *http.Request) {
 
 func (w *web) pauseFleet(rw http.ResponseWriter, r *http.Request) {
 	paused := r.PostFormValue("paused") == "true"
+	if paused && !views.Confirmed(r) {
+		w.askPauseFleet(rw, r)
+		return
+	}
 	if err := w.Engine.Store().SetPaused(r.Context(), by(r), "", paused); err != nil {
 		w.fail(rw, r, "fleet pause", err)
 		return

@@ -115,7 +115,7 @@ func (g *Gateway) relayTask(ctx context.Context, tenant, agentID string, t wire.
 			if g.store.Vault() == nil {
 				return errors.New("no vault to seal the proxy's credentials with")
 			}
-			if _, err := tx.Exec(ctx, `UPDATE crawl_relay SET creds = $2 WHERE id = $1`, id, g.store.Vault().Seal(creds, "crawl_relay:"+id)); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE crawl_relay SET creds = $2 WHERE id = $1`, id, g.store.Vault().Seal(creds, relayContext(id))); err != nil {
 				return err
 			}
 		}
@@ -248,7 +248,7 @@ func (g *Gateway) serveRelay(ctx context.Context, tenant, id string) {
 			answer(nil, "no vault on the holding replica to open the proxy's credentials")
 			return
 		}
-		pt, err := g.store.Vault().Open(creds, "crawl_relay:"+id)
+		pt, err := g.store.Vault().Open(creds, relayContext(id))
 		if err != nil {
 			answer(nil, "the proxy's credentials do not open on the holding replica (another secret key?)")
 			return

@@ -120,6 +120,23 @@ func (d Deps) command(kind string) http.HandlerFunc {
 
 func (d Deps) retire(w http.ResponseWriter, r *http.Request) {
 	t, _ := auth.TenantFrom(r.Context())
+	if !views.Confirmed(r) {
+		id := chi.URLParam(r, "agent")
+		name, err := d.Store.AgentName(r.Context(), t.ID, id)
+		if err != nil {
+			d.back(w, r, "bad", "Nothing retired: no such live agent.")
+			return
+		}
+		views.Render(w, r, http.StatusOK, views.ConfirmPage(d.Shell.Page(w, r, t.Name+" · Retire an agent"), views.Confirm{
+			Question: "Retire agent " + name + "?",
+			What: []string{
+				name + " stops for good: its workers end, it wipes its board credentials and browser profiles, and its token answers \"retired\" from now on.",
+				"Its account stays; to run it again, add a new agent for it and install that one.",
+			},
+			Action: r.URL.Path, Button: "Retire " + name, Back: "/t/" + t.Slug + "/fleet",
+		}))
+		return
+	}
 	if err := d.Store.Retire(r.Context(), t.ID, chi.URLParam(r, "agent"), "retired from the console", actor(r)); err != nil {
 		d.back(w, r, "bad", "The agent could not be retired: "+d.shown(err))
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/proto"
+	"github.com/tidwall/gjson"
 
 	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -29,6 +30,17 @@ func (b *browserSide) IsJobsResponse(u *url.URL) bool {
 func (b *browserSide) ParseJobs(body []byte) ([]wire.Job, error) {
 	jobs, _, err := parseFeed(body)
 	return jobs, err
+}
+
+// ServerTime implements platform.ServerTimer: the feed's server_time, its
+// first field.
+func (b *browserSide) ServerTime(body []byte) (time.Time, bool) {
+	r := gjson.GetBytes(body, "server_time")
+	if r.Type != gjson.String {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, r.Str)
+	return t, err == nil
 }
 
 func (b *browserSide) IsSignedOutResponse(status int) bool { return status == 401 }
