@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +123,8 @@ func TestPanelHA(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, cell.IsSentinel(p.Cells.Status()[0].RedisURL), "the default cell follows the Sentinels")
 	require.False(t, p.Durability.Held())
+	require.Eventually(t, func() bool { return gathered(t, p, "fleet_cell_sentinel_quorum") == 1 }, 30*time.Second, 100*time.Millisecond,
+		"the Sentinels' quorum is reported")
 	tenant := haTenant(t, c, p, "acme")
 
 	// Every lease the panel acknowledged, by key: each must be in the
@@ -212,11 +213,11 @@ func TestPanelHA(t *testing.T) {
 	// Failover: every process of the leader SIGKILLed while leases stream.
 	_, err = c.WaitSyncStandby(60 * time.Second)
 	require.NoError(t, err)
+	type grant struct{ start, end time.Time }
 	var mu sync.Mutex
+	var grants []grant
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var lastBefore, firstAfter time.Time
-	var killed atomic.Bool
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -227,6 +228,7 @@ func TestPanelHA(t *testing.T) {
 			default:
 			}
 			key := fmt.Sprintf("F-%04d", i)
+			start := time.Now()
 			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			lr := wire.LeaseResult{}
 			if haRecord(lctx, p, tenant, key) == nil {
@@ -237,29 +239,43 @@ func TestPanelHA(t *testing.T) {
 			if lr.Granted {
 				mu.Lock()
 				acked[key] = lr.Token
-				if !killed.Load() {
-					lastBefore = time.Now()
-				} else if firstAfter.IsZero() {
-					firstAfter = time.Now()
-				}
+				grants = append(grants, grant{start, time.Now()})
 				mu.Unlock()
 			} else {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}()
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 10 }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(grants) > 10 }, 30*time.Second, 50*time.Millisecond)
 	leader, err = c.WaitLeader(10 * time.Second)
 	require.NoError(t, err)
-	killed.Store(true)
+	killAt := time.Now()
 	c.Kill(leader)
+	deadAt := time.Now()
 	_, err = c.WaitNewLeader(leader, 90*time.Second)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return !firstAfter.IsZero() }, 90*time.Second, 100*time.Millisecond,
-		"claiming resumes on the new primary")
+	// The gap runs from the last lease granted before the kill to the first
+	// one asked for after every process of the old leader was dead.
+	var lastBefore, firstAfter time.Time
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		lastBefore, firstAfter = time.Time{}, time.Time{}
+		for _, g := range grants {
+			if g.end.Before(killAt) && g.end.After(lastBefore) {
+				lastBefore = g.end
+			}
+			if g.start.After(deadAt) && (firstAfter.IsZero() || g.end.Before(firstAfter)) {
+				firstAfter = g.end
+			}
+		}
+		return !firstAfter.IsZero()
+	}, 90*time.Second, 100*time.Millisecond, "claiming resumes on the new primary")
 	close(stop)
 	wg.Wait()
 	t.Logf("failover: claiming stopped %s (last lease before the kill to the first after)", firstAfter.Sub(lastBefore).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return gathered(t, p, "fleet_db_primary_changes_total") >= 1 }, 30*time.Second, 100*time.Millisecond,
+		"the failover is counted for the alert")
 
 	// No acknowledged lease is missing on the new primary.
 	have := map[string]int64{}
@@ -268,6 +284,24 @@ func TestPanelHA(t *testing.T) {
 		require.Equalf(t, token, have[key], "acknowledged lease %s is in the database with its token", key)
 	}
 	t.Logf("%d acknowledged leases, none missing", len(acked))
+}
+
+// gathered is the value of a counter or gauge without labels in p's registry.
+func gathered(t *testing.T, p *panel.Panel, name string) float64 {
+	t.Helper()
+	mfs, err := p.Reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.GetCounter() != nil {
+			return m.GetCounter().GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return -1
 }
 
 // haRecord records a queued job (the dispatcher's write).
