@@ -259,9 +259,9 @@ type Panel struct {
 	CrawlRunner *crawl.Runner
 	// Durability is the cluster's durability check (nil unless
 	// --database-replication=sync); durPool is its own small pool.
-	Durability  *durability.Watcher
-	durPool     *pgxpool.Pool
-	srv         *server.Server
+	Durability *durability.Watcher
+	durPool    *pgxpool.Pool
+	srv        *server.Server
 	// embedded counts the supervised embedded services' restarts.
 	embedded *embedded.Metrics
 	// supervised names the embedded services this panel supervises.
