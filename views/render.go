@@ -14,3 +14,10 @@ func Render(w http.ResponseWriter, r *http.Request, status int, c templ.Componen
 	w.WriteHeader(status)
 	_ = c.Render(r.Context(), w)
 }
+
+// RenderError writes the body of the console's error page (the layout's
+// ErrorPage); the panel hands it to auth.Pages, which has set the headers
+// and the status.
+func RenderError(w http.ResponseWriter, r *http.Request, code int, title, msg string) {
+	_ = ErrorPage(code, title, msg).Render(r.Context(), w)
+}

@@ -2,35 +2,20 @@
 // module keeps its own pages beside its handlers.
 package views
 
-import "strconv"
+import (
+	"strconv"
 
-// NavItem is one link in the console's sidebar.
-type NavItem struct {
-	Section string // heading shown above the first item of a section
-	Label   string
-	Href    string
-	Active  bool
-}
+	"github.com/fleetwright/fleetwright/app/page"
+)
 
-// Flash is a one-time message shown at the top of a page.
-type Flash struct {
-	Kind string // ok, warn, bad, info
-	Text string
-}
+// NavItem is one link in the console's sidebar (app/page).
+type NavItem = page.NavItem
 
-// Page is what the layout needs besides the page's own content.
-type Page struct {
-	Title string
-	Nav   []NavItem
-	// User is the signed-in operator's display name; empty on public pages.
-	User    string
-	Role    string
-	Flashes []Flash
-	// Actions is rendered on the right of the top bar (e.g. sign out).
-	SignOutURL string
-	// Attention is the strip of what needs a person (nil: none shown).
-	Attention *Attention
-}
+// Flash is a one-time message shown at the top of a page (app/page).
+type Flash = page.Flash
+
+// Page is what the layout needs besides the page's own content (app/page).
+type Page = page.Page
 
 // Tab is one of the tabs above a page's content.
 type Tab struct {
@@ -53,40 +38,11 @@ func TenantTabs(slug, active string) []Tab {
 	return tabs
 }
 
-// Attention is what needs a person now: the strip at the top of every
-// console page and the overview's first row. Its count leads the browser
-// tab's title, so a tab left open in the background still says it.
-type Attention struct {
-	Items []AttentionItem
-	// Refresh is the path the strip reloads itself from (htmx); empty: it
-	// does not reload.
-	Refresh string
-	// Failed says some of it could not be read (the rest still shows).
-	Failed bool
-	// AllClear shows a line saying so when nothing needs a person (the
-	// overview); other pages show nothing then.
-	AllClear bool
-}
+// Attention is what needs a person now (app/page).
+type Attention = page.Attention
 
-// AttentionItem is one line of the strip: what is wrong, in words, and the
-// page where it is put right.
-type AttentionItem struct {
-	// Severity is bad (act now), warn (act soon) or info.
-	Severity string
-	Text     string
-	Href     string
-	// Tenant names the tenant when the user reaches several ("" for the
-	// installation's own).
-	Tenant string
-}
-
-// Count is how many lines need a person.
-func (a *Attention) Count() int {
-	if a == nil {
-		return 0
-	}
-	return len(a.Items)
-}
+// AttentionItem is one line of the attention strip (app/page).
+type AttentionItem = page.AttentionItem
 
 // TabTitle is the browser tab's title: the count of what needs a person
 // first, then the page.

@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -78,37 +78,31 @@ func NewAddressKeys(pool *pgxpool.Pool, v *vault.Vault, clk clock.Clock) *Addres
 	return &AddressKeys{pool: pool, vault: v, clock: clk}
 }
 
-// registry maps a database (host, port, name) to its keys: Append has only
-// the caller's transaction, and a process may talk to more than one
-// database (tests do).
-var registry sync.Map
+type keysKey struct{}
 
-func dbIdentity(c *pgx.ConnConfig) string {
-	return c.Host + ":" + strconv.Itoa(int(c.Port)) + "/" + c.Database
-}
-
-// UseAddressKeys makes Append hash client addresses with k in every
-// transaction on k's database. The panel calls it at start, once its
-// secret key is loaded.
-func UseAddressKeys(k *AddressKeys) {
-	registry.Store(dbIdentity(k.pool.Config().ConnConfig), k)
-}
-
-func addressKeysFor(tx pgx.Tx) *AddressKeys {
-	if v, ok := registry.Load(dbIdentity(tx.Conn().Config())); ok {
-		return v.(*AddressKeys)
+// WithAddressKeys returns ctx carrying k: Append, in a transaction made
+// under that context, hashes client addresses with k. The panel gives its
+// keys to every request (Middleware) and to the retention run; a process
+// without the panel's secret key has none, and its entries keep addresses
+// only beside the chain.
+func WithAddressKeys(ctx context.Context, k *AddressKeys) context.Context {
+	if k == nil {
+		return ctx
 	}
-	return nil
+	return context.WithValue(ctx, keysKey{}, k)
 }
 
-// EnsureAddressKeys runs Ensure with the keys registered for pool's
-// database; without any (a process that lacks the panel's secret key) it
-// does nothing.
-func EnsureAddressKeys(ctx context.Context, pool *pgxpool.Pool) error {
-	if v, ok := registry.Load(dbIdentity(pool.Config().ConnConfig)); ok {
-		return v.(*AddressKeys).Ensure(ctx)
-	}
-	return nil
+// AddressKeysFrom returns the keys ctx carries (nil: none).
+func AddressKeysFrom(ctx context.Context) *AddressKeys {
+	k, _ := ctx.Value(keysKey{}).(*AddressKeys)
+	return k
+}
+
+// Middleware gives k to every request below it (WithAddressKeys).
+func (k *AddressKeys) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(WithAddressKeys(r.Context(), k)))
+	})
 }
 
 var unkeyedOnce sync.Once
@@ -214,10 +208,10 @@ func (k *AddressKeys) forget(before string) {
 // beside the chain only, never in the chained row, and a warning is
 // logged once.
 func addressMac(ctx context.Context, tx pgx.Tx, addr string) (string, error) {
-	k := addressKeysFor(tx)
+	k := AddressKeysFrom(ctx)
 	if k == nil {
 		unkeyedOnce.Do(func() {
-			slog.Warn("audit: this process holds no address keys (audit.UseAddressKeys), so audit entries keep client addresses only beside the chain, not hashed into it")
+			slog.Warn("audit: this context carries no address keys (audit.WithAddressKeys), so audit entries keep client addresses only beside the chain, not hashed into it")
 		})
 		return "", nil
 	}
@@ -225,7 +219,7 @@ func addressMac(ctx context.Context, tx pgx.Tx, addr string) (string, error) {
 }
 
 // DeleteAddressKeysBefore deletes the keys of every month before month
-// ("YYYY-MM") and forgets them in this process; it returns the months
+// ("YYYY-MM") and forgets them in the keys ctx carries; it returns the months
 // deleted. From then on the keyed hashes of those months cannot be linked
 // to an address by anyone, with or without the panel's secret key.
 func DeleteAddressKeysBefore(ctx context.Context, pool *pgxpool.Pool, month string) ([]string, error) {
@@ -240,10 +234,9 @@ func DeleteAddressKeysBefore(ctx context.Context, pool *pgxpool.Pool, month stri
 	if err != nil {
 		return nil, fmt.Errorf("audit: delete address keys: %w", err)
 	}
-	registry.Range(func(_, v any) bool {
-		v.(*AddressKeys).forget(month)
-		return true
-	})
+	if k := AddressKeysFrom(ctx); k != nil {
+		k.forget(month)
+	}
 	return months, nil
 }
 

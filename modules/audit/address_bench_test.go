@@ -29,7 +29,7 @@ func BenchmarkAppend(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, nil))
+			ctx = audit.WithAddressKeys(ctx, audit.NewAddressKeys(d.App, v, nil))
 			tenant := factory.Tenant(b, d, "bench", "Bench")
 			e := audit.Entry{Actor: "op@example.com", Action: "claim.pause", Target: "tenant", Detail: map[string]any{"paused": true}, IP: bc.ip}
 			for b.Loop() {

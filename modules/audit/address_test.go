@@ -28,8 +28,7 @@ import (
 
 // appendFrom appends one entry made from address ip in tenant's chain and
 // returns its id.
-func appendFrom(t *testing.T, d *testenv.Database, tenant, action, ip string) int64 {
-	ctx := context.Background()
+func appendFrom(ctx context.Context, t *testing.T, d *testenv.Database, tenant, action, ip string) int64 {
 	var id int64
 	require.NoError(t, db.InTenant(ctx, d.App, tenant, func(tx pgx.Tx) error {
 		if err := audit.Append(ctx, tx, audit.Entry{Actor: "op@example.com", Action: action, Target: "t", IP: ip}); err != nil {
@@ -59,17 +58,17 @@ func TestClientAddressIsKeyedInTheChainAndClearBesideIt(t *testing.T) {
 	a, b := factory.Tenant(t, d, "aaa", "aaa"), factory.Tenant(t, d, "bbb", "bbb")
 	v := testenv.Vault(t)
 	fake := clock.NewFake(time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC))
-	audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, fake))
+	ctx = audit.WithAddressKeys(ctx, audit.NewAddressKeys(d.App, v, fake))
 	super, err := pgx.Connect(ctx, d.SuperURL)
 	require.NoError(t, err)
 	defer super.Close(ctx)
 
 	const addr = "203.0.113.7"
-	e1 := appendFrom(t, d, a, "fleet.agent.pause", addr+":51234") // a port is dropped
-	e2 := appendFrom(t, d, a, "claim.pause", addr)
+	e1 := appendFrom(ctx, t, d, a, "fleet.agent.pause", addr+":51234") // a port is dropped
+	e2 := appendFrom(ctx, t, d, a, "claim.pause", addr)
 	fake.Advance(2 * time.Hour) // 2026-04-01 01:00 UTC
-	e3 := appendFrom(t, d, a, "claim.resume", addr)
-	e4 := appendFrom(t, d, a, "claim.pause", "2001:db8::1")
+	e3 := appendFrom(ctx, t, d, a, "claim.resume", addr)
+	e4 := appendFrom(ctx, t, d, a, "claim.pause", "2001:db8::1")
 
 	// The chained rows: no clear address, a keyed hash with its month.
 	ip1, mac1 := chained(t, super, e1)
@@ -152,7 +151,7 @@ func TestClientAddressIsKeyedInTheChainAndClearBesideIt(t *testing.T) {
 	// Another secret key cannot open the stored key: appending with an
 	// address says what to do, and appends nothing.
 	wrong := audit.NewAddressKeys(d.App, testenv.Vault(t), fake)
-	audit.UseAddressKeys(wrong)
+	ctx = audit.WithAddressKeys(ctx, wrong)
 	err = db.InTenant(ctx, d.App, a, func(tx pgx.Tx) error {
 		return audit.Append(ctx, tx, audit.Entry{Actor: "op", Action: "claim.pause", IP: addr})
 	})
@@ -237,11 +236,11 @@ func TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint(t *testing.
 	rep := verify(t, d, path)
 	require.True(t, rep.OK(), rep.Problems)
 
-	audit.UseAddressKeys(audit.NewAddressKeys(d.App, testenv.Vault(t), nil))
-	appendFrom(t, d, a, "new.thing", "198.51.100.1")
+	ctx = audit.WithAddressKeys(ctx, audit.NewAddressKeys(d.App, testenv.Vault(t), nil))
+	appendFrom(ctx, t, d, a, "new.thing", "198.51.100.1")
 	seal(t, d, anchor)
 	cut := dbNow(t, d)
-	newer := appendFrom(t, d, a, "new.thing", "198.51.100.3")
+	newer := appendFrom(ctx, t, d, a, "new.thing", "198.51.100.3")
 	seal(t, d, anchor)
 	rep = verify(t, d, path)
 	require.True(t, rep.OK(), rep.Problems)
@@ -261,7 +260,7 @@ func TestAChainMixingClearAndKeyedAddressesVerifiesAcrossACheckpoint(t *testing.
 	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, []int64{newer}, ids)
-	appendFrom(t, d, a, "newest.thing", "198.51.100.4")
+	appendFrom(ctx, t, d, a, "newest.thing", "198.51.100.4")
 	seal(t, d, anchor)
 	rep = verify(t, d, path)
 	require.True(t, rep.OK(), rep.Problems)
@@ -290,7 +289,7 @@ func TestWithoutAddressKeysTheAddressStaysOutOfTheChain(t *testing.T) {
 	ctx := context.Background()
 	d := testenv.DB(t)
 	a := factory.Tenant(t, d, "aaa", "aaa")
-	id := appendFrom(t, d, a, "claim.pause", "203.0.113.7")
+	id := appendFrom(ctx, t, d, a, "claim.pause", "203.0.113.7")
 	super, err := pgx.Connect(ctx, d.SuperURL)
 	require.NoError(t, err)
 	defer super.Close(ctx)

@@ -7,14 +7,14 @@ package auth
 
 import (
 	"context"
+	"fmt"
+	"html"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
-
-	"github.com/fleetwright/fleetwright/views"
 )
 
 // Role is an operator's role.
@@ -276,12 +276,37 @@ func ServerError(w http.ResponseWriter, r *http.Request) {
 		"The error was logged. Try again; if it persists, quote request "+requestID(r)+".")
 }
 
-// ErrorPage writes an error page with status code.
+// ErrorRenderer writes the body of an error page: the console's layout
+// (views.RenderError) in the panel. It is given to Pages, not imported, so
+// this kernel does not pull in the layout, templ and the assets for every
+// module that checks a permission or appends an audit entry.
+type ErrorRenderer func(w http.ResponseWriter, r *http.Request, code int, title, msg string)
+
+type errorRendererKey struct{}
+
+// Pages is the middleware that renders every error page below it with
+// render; the panel puts it at the root of its router.
+func Pages(render ErrorRenderer) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), errorRendererKey{}, render)))
+		})
+	}
+}
+
+// ErrorPage writes an error page with status code: through the renderer
+// Pages set, else a plain page with the same title and message (a module's
+// routes mounted alone, as in its tests).
 func ErrorPage(w http.ResponseWriter, r *http.Request, code int, title, msg string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_ = views.ErrorPage(code, title, msg).Render(r.Context(), w)
+	if render, ok := r.Context().Value(errorRendererKey{}).(ErrorRenderer); ok && render != nil {
+		render(w, r, code, title, msg)
+		return
+	}
+	_, _ = fmt.Fprintf(w, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>%d %s</title></head><body><h1>%s</h1><p>%s</p></body></html>\n",
+		code, html.EscapeString(title), html.EscapeString(title), html.EscapeString(msg))
 }
 
 // SafeNext returns next if it is a path on this site, else "/": a sign-in

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -65,4 +66,31 @@ func TestRequireRefusesByRoleAndTenant(t *testing.T) {
 	// Tenant scope without the {tenant} of the route among the user's tenants.
 	require.Equal(t, http.StatusForbidden, call(FleetRead, &User{Role: Admin, MFAOK: true}, "GET").Code)
 	require.Panics(t, func() { Require("made.up", ok) })
+}
+
+// Error pages render through the renderer Pages injects (the console's
+// layout in the panel); without one, a plain page says the same, escaped.
+func TestErrorPagesRenderThroughTheInjectedRenderer(t *testing.T) {
+	forbidden := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { Forbidden(w, r) })
+
+	rec := httptest.NewRecorder()
+	forbidden.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/x", nil))
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+	require.Contains(t, rec.Body.String(), "<h1>Not allowed</h1>")
+
+	var got []string
+	render := func(w http.ResponseWriter, r *http.Request, code int, title, msg string) {
+		got = append(got, fmt.Sprint(code, " ", title, ": ", msg))
+		_, _ = w.Write([]byte("layout"))
+	}
+	rec = httptest.NewRecorder()
+	Pages(render)(forbidden).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/x", nil))
+	require.Equal(t, http.StatusForbidden, rec.Code)
+	require.Equal(t, "layout", rec.Body.String())
+	require.Equal(t, []string{"403 Not allowed: Your role does not give access to this page or action."}, got)
+
+	rec = httptest.NewRecorder()
+	ErrorPage(rec, httptest.NewRequest(http.MethodGet, "/x", nil), http.StatusBadRequest, "Bad <input>", "a & b")
+	require.Contains(t, rec.Body.String(), "<h1>Bad &lt;input&gt;</h1><p>a &amp; b</p>")
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
-	"github.com/fleetwright/fleetwright/views"
+	"github.com/fleetwright/fleetwright/app/page"
 )
 
 // NavItem is a sidebar link a module adds, shown to users who hold Perm.
@@ -32,7 +32,7 @@ type Shell struct {
 
 // AttentionFunc reads what needs the signed-in user now, for the strip at
 // the top of every page (see SetAttention).
-type AttentionFunc func(r *http.Request, u *User) *views.Attention
+type AttentionFunc func(r *http.Request, u *User) *page.Attention
 
 // SetAttention installs the reader of the attention strip; the console
 // module installs it. Without one, pages show no strip.
@@ -56,9 +56,9 @@ func (s *Shell) AddNav(items ...NavItem) {
 // Page returns the layout's model for the request: the sidebar filtered by
 // the user's permissions with the current page marked, the user, and any
 // flash message (which is consumed).
-func (s *Shell) Page(w http.ResponseWriter, r *http.Request, title string) views.Page {
+func (s *Shell) Page(w http.ResponseWriter, r *http.Request, title string) page.Page {
 	u := UserFrom(r.Context())
-	p := views.Page{Title: title, Flashes: TakeFlashes(w, r)}
+	p := page.Page{Title: title, Flashes: TakeFlashes(w, r)}
 	if u != nil {
 		p.User, p.Role, p.SignOutURL = u.Email, string(u.Role), "/signout"
 	}
@@ -81,7 +81,7 @@ func (s *Shell) Page(w http.ResponseWriter, r *http.Request, title string) views
 		if !u.Has(n.Perm) || n.Perm.TenantScoped() {
 			continue
 		}
-		item := views.NavItem{Label: n.Label, Href: n.Href, Active: n.Href == best}
+		item := page.NavItem{Label: n.Label, Href: n.Href, Active: n.Href == best}
 		if n.Section != section {
 			item.Section, section = n.Section, n.Section
 		}
@@ -89,7 +89,7 @@ func (s *Shell) Page(w http.ResponseWriter, r *http.Request, title string) views
 	}
 	if u != nil && u.MFAOK && len(u.Tenants) > 0 && u.Has(FleetRead) {
 		for i, t := range u.Tenants {
-			item := views.NavItem{Label: t.Name, Href: "/t/" + t.Slug, Active: pathUnder(r.URL.Path, "/t/"+t.Slug)}
+			item := page.NavItem{Label: t.Name, Href: "/t/" + t.Slug, Active: pathUnder(r.URL.Path, "/t/"+t.Slug)}
 			if i == 0 {
 				item.Section = "Tenants"
 			}
@@ -116,7 +116,7 @@ func Flash(w http.ResponseWriter, kind, text string) {
 }
 
 // TakeFlashes returns the pending flash message, if any, and clears it.
-func TakeFlashes(w http.ResponseWriter, r *http.Request) []views.Flash {
+func TakeFlashes(w http.ResponseWriter, r *http.Request) []page.Flash {
 	c, err := r.Cookie(flashCookie)
 	if err != nil {
 		return nil
@@ -135,7 +135,7 @@ func TakeFlashes(w http.ResponseWriter, r *http.Request) []views.Flash {
 	default:
 		return nil
 	}
-	return []views.Flash{{Kind: kind, Text: text}}
+	return []page.Flash{{Kind: kind, Text: text}}
 }
 
 func requestID(r *http.Request) string {

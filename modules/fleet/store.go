@@ -79,25 +79,31 @@ var keyRe = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,200}$`)
 func (in AccountInput) Validate() error {
 	switch {
 	case !keyRe.MatchString(in.Key):
-		return errors.New("fleet: account key must be 1–200 letters, digits or ._@-")
+		return FieldError{"key", "account key must be 1–200 letters, digits or ._@-"}
 	case !strings.HasPrefix(in.BoardURL, "http://") && !strings.HasPrefix(in.BoardURL, "https://"):
-		return errors.New("fleet: board URL must start with http:// or https://")
+		return FieldError{"board_url", "board URL must start with http:// or https://"}
 	case in.Username == "":
-		return errors.New("fleet: username is required")
+		return FieldError{"username", "username is required"}
 	case validClient(in.Client) != nil:
-		return validClient(in.Client)
+		return FieldError{"client", strings.TrimPrefix(validClient(in.Client).Error(), "fleet: ")}
 	case in.Password == "":
-		return errors.New("fleet: password is required")
+		return FieldError{"password", "password is required"}
 	case in.TOTPSecret == "":
-		return errors.New("fleet: TOTP secret is required")
+		return FieldError{"totp_secret", "TOTP secret is required"}
 	}
 	for _, w := range in.Workers {
 		if w.Name == "" || w.Kind == "" {
-			return errors.New("fleet: every worker needs a name and a kind")
+			return FieldError{"workers", "every worker needs a name and a kind"}
 		}
 	}
 	return nil
 }
+
+// FieldError is bad input in one field of a form: Field is the form's
+// name for it, Msg what is wrong in words.
+type FieldError struct{ Field, Msg string }
+
+func (e FieldError) Error() string { return "fleet: " + e.Msg }
 
 // validClient checks a platform client's name.
 func validClient(c string) error {

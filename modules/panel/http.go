@@ -16,6 +16,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/account"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/audit"
+	auditweb "github.com/fleetwright/fleetwright/modules/audit/web"
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	claimweb "github.com/fleetwright/fleetwright/modules/claim/web"
@@ -30,6 +31,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	tenantweb "github.com/fleetwright/fleetwright/modules/tenant/web"
 	"github.com/fleetwright/fleetwright/static"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 // HTTPDeps are what the panel's HTTP side is built from.
@@ -90,16 +92,18 @@ var KernelRoutes = map[string]bool{
 func NewHTTP(d HTTPDeps) *HTTP {
 	r := server.NewRouter(d.Log, d.Reg)
 	r.Use(server.RealIP(d.TrustedProxies))
+	// Error pages render in the console's layout; auth only calls it.
+	r.Use(auth.Pages(views.RenderError))
+	if d.Vault != nil {
+		// Audit entries made under these routes (the agent gateway's
+		// included) hash the client's address with keys sealed by the
+		// same vault.
+		r.Use(audit.NewAddressKeys(d.DB, d.Vault, d.Clock).Middleware)
+	}
 	server.Mount(r, d.Health, d.Reg)
 	static.Mount(r)
 	if d.AgentGateway != nil {
 		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))
-	}
-	if d.Vault != nil {
-		// Audit entries made through these handlers hash the client's
-		// address with keys sealed by the same vault (Start does the same
-		// for the agent gateway; registering twice is harmless).
-		audit.UseAddressKeys(audit.NewAddressKeys(d.DB, d.Vault, d.Clock))
 	}
 	shell := auth.NewShell()
 	acct := account.New(account.Deps{Config: d.Session, DB: d.DB, Shell: shell, Clock: d.Clock, Log: d.Log, Vault: d.Vault})
@@ -117,7 +121,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 			notify.Mount(r, notify.Deps{Notifier: d.Notifier, Shell: shell, Log: d.Log})
 		}
 		acct.Mount(r)
-		audit.Mount(r, audit.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		auditweb.Mount(r, auditweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		tenantweb.Mount(r, tenantweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
 			fleetweb.Mount(r, fleetweb.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})

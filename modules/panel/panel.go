@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -270,6 +271,13 @@ type Panel struct {
 	bgStop     context.CancelFunc
 	hbStop     context.CancelFunc
 	hbDone     chan struct{}
+
+	// Built by one start phase for the next ones.
+	appURL, redisURL string
+	vault            *vault.Vault
+	addrKeys         *audit.AddressKeys
+	trusted          []netip.Prefix
+	notifier         *notify.Notifier
 }
 
 // Run starts the panel and serves until ctx ends, then shuts down in order:
@@ -327,7 +335,27 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Panel, error) {
 	return p, nil
 }
 
-func (p *Panel) start(ctx context.Context) (err error) {
+// start brings the panel up in four phases, each on what the one before
+// built: storage (the data dir, Postgres and Redis, the secret key), jobs
+// (the claim engine, River and its workers, the cells), the agent gateway
+// (and what it dispatches: claims and crawl pages) and HTTP.
+func (p *Panel) start(ctx context.Context) error {
+	if err := p.startStorage(ctx); err != nil {
+		return err
+	}
+	if err := p.startJobs(ctx); err != nil {
+		return err
+	}
+	if err := p.startGateway(ctx); err != nil {
+		return err
+	}
+	return p.startHTTP(ctx)
+}
+
+// startStorage locks the data dir, starts the embedded Postgres and Redis
+// where no URL names them, migrates, opens the pools and checks the
+// application role, and loads the secret key and what it seals.
+func (p *Panel) startStorage(ctx context.Context) (err error) {
 	cfg, log := p.cfg, p.log
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("panel: create data dir: %w", err)
@@ -349,6 +377,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		p.pg.Supervise(p.Supervision("postgres"))
 		ownerURL, appURL = p.pg.OwnerURL(), p.pg.AppURL()
 	}
+	p.appURL = appURL
 	redisURL := cfg.RedisURL
 	if len(cfg.RedisSentinels) > 0 {
 		if redisURL, err = cell.SentinelURL(cfg.RedisMaster, cfg.RedisSentinels); err != nil {
@@ -368,6 +397,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		p.rds.Supervise(p.Supervision("redis:" + cell.DefaultCell))
 		redisURL = p.rds.URL(0)
 	}
+	p.redisURL = redisURL
 	if err := migrate(ctx, ownerURL, appURL, cfg.Version, log); err != nil {
 		return err
 	}
@@ -405,6 +435,43 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	// must not take the whole panel out of its load balancer.
 	p.Health.Add(server.Check{Name: "redis:default", Probe: func(ctx context.Context) error { return p.Redis.Ping(ctx).Err() }})
 
+	if err := p.DB.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&p.InstallationID); err != nil {
+		return fmt.Errorf("panel: read installation id: %w", err)
+	}
+	keyFile := cfg.SecretKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.DataDir, "secret.key")
+	}
+	// The key ring follows the key file and secret.key.next: a rotation
+	// reaches this replica without a restart (app/vault, ring.go).
+	if p.vault, err = vault.LoadRing(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == ""); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	// Operators' TOTP seeds stored in clear by an older version are sealed
+	// now that the key is at hand.
+	if n, err := account.SealStoredSeeds(ctx, p.DB, p.vault); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	} else if n > 0 {
+		log.Info("sealed operators' TOTP seeds stored in clear", "count", n)
+	}
+	// Client addresses in audit entries are hashed with monthly keys
+	// sealed with the same key (modules/audit, address.go); the retention
+	// run and every request get them.
+	p.addrKeys = audit.NewAddressKeys(p.DB, p.vault, clock.Real{})
+	if err := p.addrKeys.Ensure(ctx); err != nil {
+		return fmt.Errorf("panel: %w", err)
+	}
+	if p.trusted, err = server.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
+	}
+	return nil
+}
+
+// startJobs builds the claim engine and the durable background work on
+// River (schedules, the health sweep, notifications, sealing, retention,
+// crawl runs), starts River, then the cells.
+func (p *Panel) startJobs(ctx context.Context) (err error) {
+	cfg, log := p.cfg, p.log
 	// The claim engine: its store needs the River client (UNKNOWN and its
 	// reconcile job commit together) and River needs its workers, so the
 	// client is attached once it exists.
@@ -434,11 +501,10 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	workers := river.NewWorkers()
 	p.Schedules.AddWorkers(workers)
 	sweeper.AddWorkers(workers)
-	notifier, err := newNotifier(cfg, p.DB, log)
-	if err != nil {
+	if p.notifier, err = newNotifier(cfg, p.DB, p.vault, log); err != nil {
 		return err
 	}
-	notifier.AddWorkers(workers)
+	p.notifier.AddWorkers(workers)
 	river.AddWorker(workers, &pruneReplicasWorker{db: p.DB})
 	river.AddWorker(workers, &sealAuditWorker{db: p.DB, anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")), clock: clock.Real{}})
 	river.AddWorker(workers, &pruneAuthWorker{db: p.DB, clock: clock.Real{}})
@@ -475,7 +541,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 				func() (river.JobArgs, *river.InsertOpts) { return pruneAuthArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
 		}, slices.Concat(p.Claims.PeriodicJobs(), p.Schedules.PeriodicJobs(), sweeper.PeriodicJobs(cfg.HealthInterval),
-			notifier.PeriodicJobs(10*time.Second))...),
+			p.notifier.PeriodicJobs(10*time.Second))...),
 	})
 	if err != nil {
 		return fmt.Errorf("panel: river: %w", err)
@@ -489,7 +555,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		return fmt.Errorf("panel: %w", err)
 	}
 	pruner := &retention.Pruner{DB: p.DB, Anchor: audit.NewAnchor(audit.AnchorFile(cfg.DataDir), log.With("component", "audit")),
-		Clock: clock.Real{}, Log: log.With("component", "retention")}
+		Keys: p.addrKeys, Clock: clock.Real{}, Log: log.With("component", "retention")}
 	if err := p.Schedules.Register(pruner.Kind()); err != nil {
 		return err
 	}
@@ -501,53 +567,29 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	if err := p.River.Start(ctx); err != nil {
 		return fmt.Errorf("panel: start river: %w", err)
 	}
-	p.Cells = cell.New(p.DB, p.Claims.CellConfig(cell.Config{DefaultRedisURL: redisURL, Consumer: p.ReplicaID,
+	p.Cells = cell.New(p.DB, p.Claims.CellConfig(cell.Config{DefaultRedisURL: p.redisURL, Consumer: p.ReplicaID,
 		Log: log, Registerer: p.Reg}))
 	if err := p.Cells.Start(ctx); err != nil {
 		return err
 	}
 	p.Claims.SetCells(p.Cells)
+	return nil
+}
 
-	if err := p.DB.QueryRow(ctx, "SELECT id::text FROM installation").Scan(&p.InstallationID); err != nil {
-		return fmt.Errorf("panel: read installation id: %w", err)
-	}
-	keyFile := cfg.SecretKeyFile
-	if keyFile == "" {
-		keyFile = filepath.Join(cfg.DataDir, "secret.key")
-	}
-	// The key ring follows the key file and secret.key.next: a rotation
-	// reaches this replica without a restart (app/vault, ring.go).
-	v, err := vault.LoadRing(os.Getenv("FLEET_SECRET_KEY"), keyFile, cfg.SecretKeyFile == "")
-	if err != nil {
-		return fmt.Errorf("panel: %w", err)
-	}
-	// Operators' TOTP seeds stored in clear by an older version are sealed
-	// now that the key is at hand.
-	if n, err := account.SealStoredSeeds(ctx, p.DB, v); err != nil {
-		return fmt.Errorf("panel: %w", err)
-	} else if n > 0 {
-		log.Info("sealed operators' TOTP seeds stored in clear", "count", n)
-	}
-	// Client addresses in audit entries are hashed with monthly keys
-	// sealed with the same key (modules/audit, address.go).
-	addrKeys := audit.NewAddressKeys(p.DB, v, clock.Real{})
-	audit.UseAddressKeys(addrKeys)
-	if err := addrKeys.Ensure(ctx); err != nil {
-		return fmt.Errorf("panel: %w", err)
-	}
-	p.Fleet = fleet.NewStore(p.DB, v)
-	notifier.SetVault(v)
-	trusted, err := server.ParseTrustedProxies(cfg.TrustedProxies)
-	if err != nil {
-		return fmt.Errorf("panel: --trusted-proxies (FLEET_TRUSTED_PROXIES): %w", err)
-	}
+// startGateway builds the agent gateway and what dispatches through it
+// (claim offers, look-ups and grants; crawl page tasks), then its two
+// long-running loops: LISTEN for commands other replicas route here, and
+// the warm-actor publication of assign mode.
+func (p *Panel) startGateway(ctx context.Context) error {
+	log := p.log
+	p.Fleet = fleet.NewStore(p.DB, p.vault)
 	p.Gateway = gateway.New(p.Fleet, p.Claims, gateway.Config{
-		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: trusted}, log)
+		ReplicaID: p.ReplicaID, InstallationID: p.InstallationID, Registerer: p.Reg, TrustedProxies: p.trusted}, log)
 	p.Claims.SetOfferer(p.Gateway)
 	p.Claims.SetLookuper(p.Gateway)
 	p.Claims.SetAssign(p.Gateway, p.Gateway)
 	p.Crawl = crawl.NewService(p.DB, p.River, p.Schedules)
-	p.Crawl.Store.SetVault(v)
+	p.Crawl.Store.SetVault(p.vault)
 	if err := p.Crawl.RegisterSchedule(); err != nil {
 		return fmt.Errorf("panel: %w", err)
 	}
@@ -556,12 +598,15 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	p.CrawlRunner.OnFinish = (&crawl.Rules{Store: p.Crawl.Store, Log: log.With("component", "crawl"), Egress: p.Crawl.Store.Egress}).OnFinish
 	p.CrawlRunner.Ready()
 	bgCtx, bgStop := context.WithCancel(context.WithoutCancel(ctx))
+	// The gateway's connections append audit entries (an installation
+	// key pinned) with the agent's address: hashed with the panel's keys.
+	bgCtx = audit.WithAddressKeys(bgCtx, p.addrKeys)
 	p.bgStop = bgStop
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
 		// The LISTEN loop recovers on its own; it is not supervised.
-		p.Gateway.Listen(bgCtx, appURL)
+		p.Gateway.Listen(bgCtx, p.appURL)
 	}()
 	p.bg.Add(1)
 	go func() {
@@ -569,10 +614,16 @@ func (p *Panel) start(ctx context.Context) (err error) {
 		// Assign mode: this replica's warm actors, published every second.
 		p.Claims.RunWarm(bgCtx)
 	}()
+	return nil
+}
 
+// startHTTP binds the console, the agent endpoint, health and metrics, and
+// starts this replica's heartbeat.
+func (p *Panel) startHTTP(ctx context.Context) (err error) {
+	cfg, log := p.cfg, p.log
 	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
-		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: trusted, Vault: v, Notifier: notifier})
+		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: p.trusted, Vault: p.vault, Notifier: p.notifier})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
@@ -583,7 +634,7 @@ func (p *Panel) start(ctx context.Context) (err error) {
 	p.hbStop = hbStop
 	go func() {
 		defer close(p.hbDone)
-		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, v.KeyIDs, log)
+		heartbeat(hbCtx, p.DB, p.ReplicaID, p.srv.Addr(), cfg.Version, p.vault.KeyIDs, log)
 	}()
 	log.Info("panel ready", "console", "http://"+p.srv.Addr()+"/", "data_dir", cfg.DataDir)
 	return nil
@@ -722,7 +773,7 @@ func (p *Panel) Stop() {
 // newNotifier builds the alarm notifier: webhooks go through the egress
 // guard (only public addresses, plus --notify-allow), e-mail through
 // --smtp-addr.
-func newNotifier(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*notify.Notifier, error) {
+func newNotifier(cfg Config, pool *pgxpool.Pool, v *vault.Vault, log *slog.Logger) (*notify.Notifier, error) {
 	allow, err := egress.ParseAllow(cfg.NotifyAllow)
 	if err != nil {
 		return nil, fmt.Errorf("panel: --notify-allow: %w", err)
@@ -739,7 +790,7 @@ func newNotifier(cfg Config, pool *pgxpool.Pool, log *slog.Logger) (*notify.Noti
 	if err != nil {
 		return nil, fmt.Errorf("panel: %w", err)
 	}
-	return notify.New(pool, nil, notify.Config{Clock: clock.Real{}, Log: log.With("component", "notify"),
+	return notify.New(pool, v, notify.Config{Clock: clock.Real{}, Log: log.With("component", "notify"),
 		HTTP: g.Client(egress.ClientOptions{Timeout: 20 * time.Second, MaxRedirects: -1}), ConsoleURL: cfg.ConsoleURL,
 		SMTP: notify.SMTP{Addr: cfg.SMTPAddr, From: cfg.SMTPFrom, Username: cfg.SMTPUsername, Password: os.Getenv("FLEET_SMTP_PASSWORD")}}), nil
 }

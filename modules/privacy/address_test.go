@@ -28,7 +28,7 @@ func TestExportAndEraseClientAddresses(t *testing.T) {
 	d := testenv.DB(t)
 	ctx := context.Background()
 	v := testenv.Vault(t)
-	audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, nil))
+	ctx = audit.WithAddressKeys(ctx, audit.NewAddressKeys(d.App, v, nil))
 	ops := audit.Entry{Actor: "ops@example.com"}
 	acme, err := tenant.Create(ctx, d.App, "acme", "Acme", ops)
 	require.NoError(t, err)

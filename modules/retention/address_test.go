@@ -30,7 +30,8 @@ func TestClientAddressRetentionKeepsTheChainVerifiable(t *testing.T) {
 	v := testenv.Vault(t)
 	start := time.Now().UTC()
 	fake := clock.NewFake(start)
-	audit.UseAddressKeys(audit.NewAddressKeys(d.App, v, fake))
+	keys := audit.NewAddressKeys(d.App, v, fake)
+	ctx = audit.WithAddressKeys(ctx, keys)
 	var acme, beta string
 	acme = factory.Tenant(t, d, "acme", "Acme")
 	beta = factory.Tenant(t, d, "beta", "Beta")
@@ -108,7 +109,7 @@ func TestClientAddressRetentionKeepsTheChainVerifiable(t *testing.T) {
 	require.NoError(t, super.QueryRow(ctx, `SELECT ip_mac FROM audit_log WHERE id = $1`, e4).Scan(&mac4))
 	require.NotEqual(t, strings.SplitN(mac3, ":", 2)[1], strings.SplitN(mac4, ":", 2)[1], "the same address months apart")
 	betaEntry := appendFrom(beta, "claim.pause", "198.51.100.5")
-	p := &retention.Pruner{DB: d.App, Anchor: anchor, Clock: fake, Log: testenv.Logger(t)}
+	p := &retention.Pruner{DB: d.App, Anchor: anchor, Clock: fake, Log: testenv.Logger(t), Keys: keys}
 	rep, err := p.Run(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, rep.Tenants[acme][retention.ClientAddresses])

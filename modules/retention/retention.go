@@ -202,8 +202,12 @@ type Pruner struct {
 	DB *pgxpool.Pool
 	// Anchor receives the audit checkpoints (the panel's anchor file).
 	Anchor *audit.Anchor
-	Clock  clock.Clock
-	Log    *slog.Logger
+	// Keys are the panel's client-address keys (nil in a process without
+	// its secret key): this and next month's are created ahead, and those
+	// a prune deletes are forgotten.
+	Keys  *audit.AddressKeys
+	Clock clock.Clock
+	Log   *slog.Logger
 	// Batch is the most rows one statement deletes (default 5000), so a
 	// first prune of a large backlog never holds long locks.
 	Batch int
@@ -281,8 +285,10 @@ func (p *Pruner) run(ctx context.Context, runID int64) (Report, error) {
 	}
 	// This and next month's client-address keys exist before they are
 	// needed (where this process holds the keys: the panel).
-	if err := audit.EnsureAddressKeys(ctx, p.DB); err != nil {
-		errs = append(errs, fmt.Errorf("retention: %w", err))
+	if p.Keys != nil {
+		if err := p.Keys.Ensure(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("retention: %w", err))
+		}
 	}
 	if known && !forever {
 		// A month's key goes once its last day is older than the
@@ -301,7 +307,7 @@ func (p *Pruner) run(ctx context.Context, runID int64) (Report, error) {
 // dropKeys deletes the monthly address keys before month, logged and
 // audited on the system chain.
 func (p *Pruner) dropKeys(ctx context.Context, before string, longest int) ([]string, error) {
-	months, err := audit.DeleteAddressKeysBefore(ctx, p.DB, before)
+	months, err := audit.DeleteAddressKeysBefore(audit.WithAddressKeys(ctx, p.Keys), p.DB, before)
 	if err != nil || len(months) == 0 {
 		return months, err
 	}

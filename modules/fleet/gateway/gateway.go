@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/server"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -185,7 +186,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sent: map[string]bool{}, sem: make(chan struct{}, g.cfg.MaxInFlight), idle: newIdleWait(lw.conn, lw.br)}
 	// The request's context ends when this handler returns; the
 	// connection's when the connection does.
-	c.ctx, c.stop = context.WithCancel(context.Background())
+	// Of the request's values it keeps only the audit's address keys
+	// (entries it appends hash the agent's address with them).
+	c.ctx, c.stop = context.WithCancel(audit.WithAddressKeys(context.Background(), audit.AddressKeysFrom(r.Context())))
 	if !c.handshake(c.ctx) {
 		c.stop()
 		return

@@ -46,7 +46,7 @@ func TestConsoleKeepsOneClientPerTenant(t *testing.T) {
 
 	res, body = paneltest.Do(t, oc, "POST", base+"/accounts", account("acme-2", "http://127.0.0.1:9", "beta"))
 	require.Equal(t, http.StatusUnprocessableEntity, res.StatusCode)
-	require.Contains(t, body, `data-testid="form-error"`)
+	require.Contains(t, body, `data-testid="error-client"`)
 	require.Contains(t, body, "account acme-1 books as client")
 	require.Contains(t, body, "every account of a tenant books as the same client on the same board")
 	res, body = paneltest.Do(t, oc, "POST", base+"/accounts", account("acme-2", "http://127.0.0.1:9", ""))

@@ -201,14 +201,38 @@ func parseWorkers(s string) ([]wire.WorkerSpec, error) {
 			continue
 		}
 		switch kind {
-		case "watcher", "actor", "http_actor":
+		case "watcher", "actor", "http_actor", "assistant":
 		default:
-			return nil, errors.New("unknown worker kind " + kind + " (watcher, actor, http_actor)")
+			return nil, fleet.FieldError{Field: "workers", Msg: "unknown worker kind " + kind + " (watcher, actor, http_actor, assistant)"}
 		}
 		count[kind]++
 		out = append(out, wire.WorkerSpec{Name: kind + "-" + string(rune('0'+count[kind])), Kind: kind})
 	}
 	return out, nil
+}
+
+// refusedAccount shows the fleet page again with what was typed in "Add an
+// account" (never its secrets, which are asked again) and the error next
+// to its field (422).
+func (d Deps) refusedAccount(w http.ResponseWriter, r *http.Request, in fleet.AccountInput, workers string, err error) {
+	t, _ := auth.TenantFrom(r.Context())
+	m, merr := d.model(r)
+	if merr != nil {
+		auth.ServerError(w, r)
+		return
+	}
+	m.Account = AccountForm{Key: in.Key, Region: in.Region, BoardURL: in.BoardURL, Client: in.Client, Username: in.Username,
+		Workers: workers, Errors: map[string]string{}, Sent: true}
+	var fe fleet.FieldError
+	switch {
+	case errors.As(err, &fe):
+		m.Account.Errors[fe.Field] = fe.Msg
+	case errors.Is(err, fleet.ErrOtherClient):
+		m.Account.Errors["client"] = strings.TrimPrefix(err.Error(), "fleet: ")
+	default:
+		m.Account.Errors[""] = strings.TrimPrefix(d.shown(err), "fleet: ")
+	}
+	views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
 }
 
 // refused shows the fleet page again with why a change was refused (422).
@@ -286,7 +310,7 @@ func (d Deps) createAccount(w http.ResponseWriter, r *http.Request) {
 		id, err = d.Store.CreateAccount(r.Context(), t.ID, in, actor(r))
 	}
 	if err != nil {
-		d.refused(w, r, err)
+		d.refusedAccount(w, r, in, r.FormValue("workers"), err)
 		return
 	}
 	name := "agent-" + in.Key

@@ -19,6 +19,7 @@ import (
 // number, u: the next page's URL, n: the bookings seen so far, which a
 // total-count proof adds up).
 type walk struct {
+	kind string
 	pos  string
 	page int
 	link string
@@ -28,20 +29,20 @@ type walk struct {
 func (w walk) String() string {
 	v := url.Values{}
 	v.Set("n", strconv.FormatInt(w.seen, 10))
-	switch {
-	case w.link != "":
+	switch w.kind {
+	case spec.PageLink:
 		v.Set("u", w.link)
-	case w.pos != "":
-		v.Set("c", w.pos)
-	default:
+	case spec.PageNumber:
 		v.Set("p", strconv.Itoa(w.page))
+	default:
+		v.Set("c", w.pos)
 	}
 	return v.Encode()
 }
 
 func (a *Adapter) parseWalk(cursor string) (walk, error) {
 	pg := a.bookings.paging
-	w := walk{pos: pg.Start}
+	w := walk{kind: pg.Kind, pos: pg.Start}
 	if pg.Kind == spec.PageNumber {
 		w.page, _ = strconv.Atoi(pg.Start)
 		w.pos = ""

@@ -570,7 +570,7 @@ func (s *session) get(ctx context.Context, what string, r *request, d data, u *u
 	}
 	a, err := s.read(s.hc, req, 16<<20)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %s %s: %v", platform.ErrUnavailable, what, req.Method, req.URL.Path, err)
+		return nil, fmt.Errorf("%w: %s: %s %s: %s", platform.ErrUnavailable, what, req.Method, req.URL.Path, shortErr(err))
 	}
 	if s.isSignedOut(a, d) {
 		return nil, fmt.Errorf("engine: %s: %s: %w", s.a.s.Name, what, platform.ErrSignedOut)
@@ -647,7 +647,13 @@ func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *
 	return s.Check(ctx)
 }
 
+// shortErr is an error for a message: without the request's URL (a spec
+// may put a token in a query) and at most 200 bytes.
 func shortErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
 	m := err.Error()
 	if len(m) > 200 {
 		m = m[:200]

@@ -942,3 +942,21 @@ session:
 	require.Equal(t, 1, refreshes, "the next refresh is ten minutes later")
 	mu.Unlock()
 }
+
+// A secret a spec puts in a URL never reaches an error: a sign-in that
+// cannot connect names the step, not the request's URL.
+func TestSecretInAURLStaysOutOfErrors(t *testing.T) {
+	s := specOf(t, sections{"sign_in": `
+sign_in:
+  steps:
+    - name: password
+      request: {method: POST, url: "/login?u={{.username}}&p={{.password}}", form: {x: "1"}}
+      success: {status: [200]}
+      extract:
+        token: {json: token}
+`})
+	err := sessionOf(t, s, "http://127.0.0.1:1", platform.SessionOptions{}).Login(context.Background(), creds, &platform.TOTP{Secret: creds.TOTPSecret})
+	require.ErrorIs(t, err, platform.ErrUnavailable)
+	require.ErrorContains(t, err, "sign-in step password")
+	require.NotContains(t, err.Error(), "pw-secret-1")
+}

@@ -1,4 +1,6 @@
-package audit
+// Package web is the audit log's page: its route, handler, query and
+// template; the log itself (append, chain, seals, verify) is modules/audit.
+package web
 
 import (
 	"context"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/auth"
 )
 
@@ -57,7 +60,7 @@ type Row struct {
 	Target string
 	Detail string
 	// IP is the client's address while it is kept, else "expired" with
-	// the start of its keyed hash (ShownAddress).
+	// the start of its keyed hash (audit.ShownAddress).
 	IP     string
 	Sealed bool
 }
@@ -79,14 +82,14 @@ func (d Deps) page(w http.ResponseWriter, r *http.Request) {
 		From: q.Get("from"), To: q.Get("to")}
 	f.Before, _ = strconv.ParseInt(q.Get("before"), 10, 64)
 	m := pageModel{Filter: f, Tenants: u.Tenants, Admin: u.Role == auth.Admin}
-	names := map[string]string{System: "system"}
+	names := map[string]string{audit.System: "system"}
 	for _, t := range u.Tenants {
 		names[t.ID] = t.Slug
 	}
 	var err error
 	if m.Admin {
-		by := Entry{ActorID: u.ID, Actor: u.Email, Target: "audit log", Detail: map[string]any{"reason": "audit page", "filter": q.Encode()}}
-		err = AcrossTenants(r.Context(), d.DB, by, func(tx pgx.Tx) error {
+		by := audit.Entry{ActorID: u.ID, Actor: u.Email, Target: "audit log", Detail: map[string]any{"reason": "audit page", "filter": q.Encode()}}
+		err = audit.AcrossTenants(r.Context(), d.DB, by, func(tx pgx.Tx) error {
 			m.Rows, err = list(r.Context(), tx, f, names)
 			return err
 		})
@@ -161,7 +164,7 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 	switch f.Tenant {
 	case "":
 	case "system":
-		where = append(where, "a.tenant_id = "+arg(System)+"::uuid")
+		where = append(where, "a.tenant_id = "+arg(audit.System)+"::uuid")
 	default:
 		where = append(where, "a.tenant_id = (SELECT id FROM tenants WHERE slug = "+arg(f.Tenant)+")")
 	}
@@ -192,7 +195,7 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 		var r Row
 		var clear, legacy, mac string
 		err := row.Scan(&r.ID, &r.At, &r.Tenant, &r.Actor, &r.Action, &r.Target, &r.Detail, &clear, &legacy, &mac, &r.Sealed)
-		r.IP = ShownAddress(clear, legacy, mac)
+		r.IP = audit.ShownAddress(clear, legacy, mac)
 		if n, ok := names[r.Tenant]; ok {
 			r.Tenant = n
 		}
