@@ -479,7 +479,7 @@ func (p *Panel) startJobs(ctx context.Context) (err error) {
 		return err
 	}
 	if cfg.DatabaseReplication == "sync" {
-		if err := p.startDurability(ctx, appURL); err != nil {
+		if err := p.startDurability(ctx, p.appURL); err != nil {
 			return err
 		}
 	}
