@@ -182,6 +182,8 @@ func TestComposeLimitsAndHealth(t *testing.T) {
 	require.Contains(t, string(caddy), "tls internal")
 	require.Contains(t, string(caddy), "cert /run/secrets/caddy_root_ca")
 	require.Contains(t, string(caddy), "key /run/secrets/caddy_root_key")
+	require.Regexp(t, `(?s)handle /metrics\s*\{\s*respond 404\s*\}`, string(caddy), "/metrics is never proxied")
+	require.Contains(t, c.Services["panel"].Command, "--metrics-listen=127.0.0.1:9464", "the panel's metrics stay on its loopback")
 	init, err := os.ReadFile(filepath.Join("compose", "postgres-init.sh"))
 	require.NoError(t, err)
 	require.Contains(t, string(init), "fleet_app LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB NOBYPASSRLS NOINHERIT")

@@ -348,7 +348,7 @@ func TestCaddyfile(t *testing.T) {
 	for _, h := range []string{"Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "Referrer-Policy", "-Server"} {
 		require.Contains(t, hdr, h)
 	}
-	require.Regexp(t, `(?s)@publicMetrics\s*\{[^}]*path /metrics[^}]*not remote_ip`, src, "/metrics must not be public")
+	require.Regexp(t, `(?s)handle /metrics\s*\{\s*respond 404\s*\}`, src, "/metrics is never proxied")
 }
 
 // instruction is one Dockerfile instruction with continuation lines joined.

@@ -38,9 +38,96 @@ type Policy struct {
 	// Ports are the destination ports allowed; empty means DefaultPorts.
 	Ports []int
 	// Allow admits addresses inside these ranges even when they are
-	// special-purpose (an admin's per-tenant allowlist; the demo's loopback
-	// sites). The IPv4 address inside an IPv4-mapped address counts too.
+	// special-purpose, on Ports (an operator's flag, like --notify-allow).
+	// The IPv4 address inside an IPv4-mapped address counts too.
 	Allow []netip.Prefix
+	// Entries admit special-purpose ranges on their own ports only (a
+	// tenant's allowlist: 127.0.0.0/8:8081 opens that port of loopback,
+	// not every loopback service).
+	Entries []Entry
+}
+
+// Entry is one allowlist entry: a range and the ports it opens (none
+// written: the default ports, 80 and 443).
+type Entry struct {
+	Prefix netip.Prefix
+	Ports  []int
+}
+
+func (e Entry) ports() []int {
+	if len(e.Ports) == 0 {
+		return DefaultPorts
+	}
+	return e.Ports
+}
+
+func (e Entry) contains(a netip.Addr) bool {
+	return e.Prefix.Contains(a) || (a.Is4In6() && e.Prefix.Contains(a.Unmap()))
+}
+
+// ParseEntries reads allowlist entries that carry their port:
+// "127.0.0.0/8:8081", "127.0.0.1:8081", "[::1]:8081", "[fd00::/8]:8443";
+// an entry without a port ("10.1.0.0/16", "::1") opens 80 and 443 only.
+// The same range may appear once per port.
+func ParseEntries(entries []string) ([]Entry, error) {
+	var out []Entry
+	for _, raw := range entries {
+		e := strings.TrimSpace(raw)
+		if e == "" {
+			continue
+		}
+		rng, port := e, ""
+		switch {
+		case strings.HasPrefix(e, "["):
+			end := strings.Index(e, "]")
+			if end < 0 {
+				return nil, fmt.Errorf("egress: allow entry %q: no closing ] (write [fd00::/8]:8443 or [::1]:8081)", e)
+			}
+			rng, port = e[1:end], e[end+1:]
+			if port != "" && !strings.HasPrefix(port, ":") {
+				return nil, fmt.Errorf("egress: allow entry %q: after ] comes :PORT or nothing", e)
+			}
+			port = strings.TrimPrefix(port, ":")
+			if port == "" && end+1 < len(e) {
+				return nil, fmt.Errorf("egress: allow entry %q: empty port", e)
+			}
+		case strings.Count(e, ":") == 1:
+			rng, port, _ = strings.Cut(e, ":")
+			if port == "" {
+				return nil, fmt.Errorf("egress: allow entry %q: empty port", e)
+			}
+		}
+		p, err := ParseAllow([]string{rng})
+		if err != nil {
+			return nil, fmt.Errorf("%w (entries look like 127.0.0.0/8:8081, 10.0.0.5:443, [::1]:8081 or 10.1.0.0/16 for 80 and 443)", err)
+		}
+		ent := Entry{Prefix: p[0]}
+		if port != "" {
+			n, err := strconv.Atoi(port)
+			if err != nil || n < 1 || n > 65535 {
+				return nil, fmt.Errorf("egress: allow entry %q: port %q is not a number from 1 to 65535", e, port)
+			}
+			ent.Ports = []int{n}
+		}
+		out = append(out, ent)
+	}
+	return out, nil
+}
+
+// FormatEntry writes a range and a port as an entry ParseEntries reads
+// (port 0: none, the default ports).
+func FormatEntry(p netip.Prefix, port int) string {
+	s := p.String()
+	if p.IsSingleIP() {
+		s = p.Addr().String()
+	}
+	if port == 0 {
+		return s
+	}
+	if p.Addr().Is6() {
+		s = "[" + s + "]"
+	}
+	return s + ":" + strconv.Itoa(port)
 }
 
 func (p Policy) ports() []int {
@@ -111,20 +198,49 @@ func ParseAllow(entries []string) ([]netip.Prefix, error) {
 // CheckAddr decides one address and port under the policy: nil when a
 // dial may go ahead, a *Refusal otherwise.
 func (p Policy) CheckAddr(target string, a netip.Addr, port int) error {
-	if r := p.checkPort(target, port); r != nil {
-		r.Addr = a
-		return r
-	}
 	if a.Zone() != "" {
 		return &Refusal{Target: target, Addr: a, Reason: fmt.Sprintf("scoped address (zone %q)", a.Zone())}
+	}
+	var entryPorts []int
+	for _, e := range p.Entries {
+		if e.contains(a) {
+			if slices.Contains(e.ports(), port) {
+				return nil
+			}
+			entryPorts = append(entryPorts, e.ports()...)
+		}
+	}
+	if r := p.checkPort(target, port); r != nil {
+		r.Addr = a
+		if len(entryPorts) > 0 && Classify(a) != "" {
+			r.Reason = fmt.Sprintf("port %d is not allowed for this address (its allowlist entries open %s)", port, joinPorts(entryPorts))
+		}
+		return r
 	}
 	if p.allowed(a) {
 		return nil
 	}
 	if r := Classify(a); r != "" {
+		if len(entryPorts) > 0 {
+			r += fmt.Sprintf("; its allowlist entries open port %s only", joinPorts(entryPorts))
+		}
 		return &Refusal{Target: target, Addr: a, Reason: r}
 	}
 	return nil
+}
+
+// portPossible: some address could be dialled on port under the policy
+// (checked before a name is resolved).
+func (p Policy) portPossible(port int) bool {
+	if slices.Contains(p.ports(), port) {
+		return true
+	}
+	for _, e := range p.Entries {
+		if slices.Contains(e.ports(), port) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p Policy) checkPort(target string, port int) *Refusal {

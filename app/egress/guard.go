@@ -235,8 +235,8 @@ func (g *Guard) Check(ctx context.Context, network, target string) ([]netip.Addr
 	}
 	// Refuse a port before asking DNS: no query for a target that could
 	// not be dialled anyway.
-	if r := g.policy.checkPort(target, port); r != nil {
-		return nil, g.refuse(r)
+	if !g.policy.portPossible(port) {
+		return nil, g.refuse(g.policy.checkPort(target, port))
 	}
 	rnet := "ip"
 	switch network {

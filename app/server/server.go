@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,8 +130,9 @@ func (h *Health) Run(ctx context.Context, timeout time.Duration) (ready bool, re
 	return ready, results
 }
 
-// Mount adds /healthz, /readyz and /metrics to r.
-func Mount(r chi.Router, h *Health, gather prometheus.Gatherer) {
+// Mount adds /healthz and /readyz to r. /metrics is served apart
+// (MetricsHandler): on its own listener, or on r behind a bearer token.
+func Mount(r chi.Router, h *Health) {
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -155,7 +157,33 @@ func Mount(r chi.Router, h *Health, gather prometheus.Gatherer) {
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ready, "checks": results})
 	})
-	r.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
+}
+
+// MetricsHandler serves gather's metrics. With a token, a request must
+// carry "Authorization: Bearer <token>" (compared in constant time) and is
+// answered 401 without it: the figures name tenants, agents and spend.
+func MetricsHandler(gather prometheus.Gatherer, token string) http.Handler {
+	h := promhttp.HandlerFor(gather, promhttp.HandlerOpts{})
+	if token == "" {
+		return h
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
+			http.Error(w, "metrics need the bearer token of --metrics-token-file", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// MetricsOnly is the handler of a metrics listener: /metrics and nothing
+// else.
+func MetricsOnly(gather prometheus.Gatherer, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", MetricsHandler(gather, token))
+	return mux
 }
 
 // NewRouter returns a router with request ids, panic recovery and access logs.

@@ -23,7 +23,8 @@ func setup(t *testing.T) (*httptest.Server, *Health, *bytes.Buffer) {
 	reg := prometheus.NewRegistry()
 	h := NewHealth(reg)
 	r := NewRouter(log, reg)
-	Mount(r, h, reg)
+	Mount(r, h)
+	r.Handle("/metrics", MetricsHandler(reg, ""))
 	r.Get("/boom", func(http.ResponseWriter, *http.Request) {
 		panic("handler exploded with pw-" + "live-secret-1234")
 	})
@@ -121,4 +122,35 @@ func TestDiskCollectorReportsTheDataDirsFilesystem(t *testing.T) {
 	if vals["fleet_data_dir_size_bytes"] <= 0 || vals["fleet_data_dir_free_bytes"] <= 0 || vals["fleet_data_dir_free_bytes"] > vals["fleet_data_dir_size_bytes"] {
 		t.Fatalf("free/size: %v", vals)
 	}
+}
+
+// TestMetricsTokenIsRequiredWhenSet: with a token, /metrics answers 401
+// to a request without it or with another, and the figures with it.
+func TestMetricsTokenIsRequiredWhenSet(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleet_test_up"}))
+	srv := httptest.NewServer(MetricsOnly(reg, "metrics-token-5c1f9e07a2"))
+	t.Cleanup(srv.Close)
+	for _, auth := range []string{"", "Bearer wrong", "metrics-token-5c1f9e07a2", "Bearer metrics-token-5c1f9e07a2x"} {
+		req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode, auth)
+		require.NotContains(t, string(b), "fleet_")
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer metrics-token-5c1f9e07a2")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(b), "fleet_test_up")
+	code, _ := get(t, srv.URL+"/healthz")
+	require.Equal(t, http.StatusNotFound, code, "a metrics listener serves metrics only")
 }

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,6 +32,12 @@ func Start(t testing.TB, bin string, args []string, env ...string) *Proc {
 	p := &Proc{t: t, exited: make(chan struct{})}
 	p.Cmd = exec.Command(bin, args...)
 	p.Cmd.Env = append(os.Environ(), env...)
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "FLEET_METRICS_LISTEN=") }) {
+		// A panel's metrics listener defaults to a fixed loopback port;
+		// panels of parallel tests take a free one each (the "metrics
+		// ready" line says which).
+		p.Cmd.Env = append(p.Cmd.Env, "FLEET_METRICS_LISTEN=127.0.0.1:0")
+	}
 	p.Cmd.Stdout = p
 	p.Cmd.Stderr = p
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -114,3 +122,11 @@ func (p *Proc) Wait(timeout time.Duration) int {
 
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// MetricsURL waits for a panel's "metrics ready" line and returns its
+// metrics URL (http://127.0.0.1:PORT/metrics): a panel serves /metrics on a
+// listener of its own, not on the console's port.
+func (p *Proc) MetricsURL(timeout time.Duration) string {
+	p.t.Helper()
+	return p.WaitFor(`metrics ready" metrics=(http://127\.0\.0\.1:\d+/metrics)`, timeout)
+}

@@ -178,13 +178,13 @@ func (c *crawler) guard(t wire.PageTask, upstream *url.URL, upAllow []string) (*
 	if gd, ok := c.guards[key]; ok {
 		return gd, nil
 	}
-	allow, err := egress.ParseAllow(t.EgressAllow)
+	allow, err := egress.ParseEntries(t.EgressAllow)
 	if err != nil {
 		return nil, err
 	}
 	ports := append([]int(nil), egress.DefaultPorts...)
 	ports = append(ports, t.EgressPorts...)
-	cfg := egress.Config{Policy: egress.Policy{Ports: ports, Allow: allow}, Logger: c.env.Log}
+	cfg := egress.Config{Policy: egress.Policy{Ports: ports, Entries: allow}, Logger: c.env.Log}
 	if upstream != nil {
 		// The proxy came from the tenant's pool, which is data: its own
 		// address is checked too, internal ranges only through the pool's

@@ -33,15 +33,16 @@ import (
 
 // e2e is a panel binary, a sandbox board and agent processes of one tenant.
 type e2e struct {
-	ctx    context.Context
-	d      *testenv.Database
-	board  *board.Server
-	store  *fleet.Store
-	eng    *claim.Engine
-	tenant string
-	agents map[string]*testenv.Proc // agent id → its process
-	panel  string                   // the panel's URL
-	redis  string                   // the panel's Redis (its default cell)
+	ctx     context.Context
+	d       *testenv.Database
+	board   *board.Server
+	store   *fleet.Store
+	eng     *claim.Engine
+	tenant  string
+	agents  map[string]*testenv.Proc // agent id → its process
+	panel   string                   // the panel's URL
+	metrics string                   // the panel's metrics URL
+	redis   string                   // the panel's Redis (its default cell)
 }
 
 // startFleet starts the board, one agent per worker kind, the panel and the
@@ -99,6 +100,7 @@ func startFleet(t *testing.T, ctx context.Context, kinds []string, mod func(*boa
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
 	e.panel = base
+	e.metrics = panel.MetricsURL(time.Minute)
 	for agentID, tok := range tokens {
 		state := filepath.Join(dir, "agent-"+agentID)
 		require.NoError(t, os.MkdirAll(state, 0o700))
@@ -251,7 +253,7 @@ func TestFleetClaimsTwoHundredLoadsExactlyOnce(t *testing.T) {
 	require.Zero(t, missingStage, "every confirmed claim has all six timestamps")
 
 	// Completions per worker kind and outcome reach the panel's metrics.
-	res, err := http.Get(e.panel + "/metrics")
+	res, err := http.Get(e.metrics)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()

@@ -14,6 +14,7 @@ var kindWords = map[string][2]string{
 	"queue.stuck":            {"panel queue stuck", "panel queues stuck"},
 	"cell.failing":           {"cell failing", "cells failing"},
 	"claim.conflict":         {"load booked twice", "loads booked twice"},
+	"claim.restore":          {"tenant held after a restore until its bookings are looked up", "tenants held after a restore until their bookings are looked up"},
 	"crawl.zero_results":     {"crawl found no items", "crawls found no items"},
 	"crawl.sudden_drop":      {"crawl found far fewer items", "crawls found far fewer items"},
 	"crawl.selector_failure": {"crawl page layout changed", "crawl page layouts changed"},

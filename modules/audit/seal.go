@@ -249,6 +249,7 @@ func (a *Anchor) Write(at time.Time, heads []Head) error {
 // anchorLine is one parsed line of the anchor file.
 type anchorLine struct {
 	line  int
+	at    time.Time
 	chain string
 	seq   int64
 	hash  []byte
@@ -276,7 +277,11 @@ func readAnchors(path string) ([]anchorLine, error) {
 		if err1 != nil || err2 != nil || len(h) != sha256.Size {
 			return nil, fmt.Errorf("audit: %s line %d is damaged", path, i+1)
 		}
-		out = append(out, anchorLine{line: i + 1, chain: f[1], seq: seq, hash: h})
+		at, err := time.Parse(time.RFC3339Nano, f[0])
+		if err != nil {
+			return nil, fmt.Errorf("audit: %s line %d is damaged", path, i+1)
+		}
+		out = append(out, anchorLine{line: i + 1, at: at, chain: f[1], seq: seq, hash: h})
 	}
 	return out, nil
 }

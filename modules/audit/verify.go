@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +24,72 @@ type Report struct {
 	Checkpoints int
 	// Problems are the findings; none means the log is intact.
 	Problems []string
+	// Restores is how many times the database was restored from a backup
+	// (the restores table); Lost says, per chain, which anchored entries
+	// a restore lost: anchored after its backup began and before it was
+	// restored, missing from (or replaced in) the database. They are no
+	// tampering: the anchors prove they existed.
+	Restores int
+	Lost     []string
+}
+
+// restoreWindow is the time a restore lost: from its backup's start to the
+// restore.
+type restoreWindow struct {
+	id             int64
+	from, restored time.Time
+}
+
+// lostGap gathers one chain's anchors that a restore lost.
+type lostGap struct {
+	w            restoreWindow
+	first, last  int64
+	firstAt, end time.Time
+}
+
+func (g *lostGap) add(a anchorLine) {
+	if g.first == 0 || a.seq < g.first {
+		g.first = a.seq
+	}
+	if a.seq > g.last {
+		g.last = a.seq
+	}
+	if g.firstAt.IsZero() || a.at.Before(g.firstAt) {
+		g.firstAt = a.at
+	}
+	if a.at.After(g.end) {
+		g.end = a.at
+	}
+}
+
+func (g *lostGap) String() string {
+	return fmt.Sprintf("seqs %d to %d, anchored between %s and %s, are not in this database: it was restored (restore %d) from a backup taken %s, and everything after that is missing; the anchors prove those entries existed — lost with the restore, not tampered with",
+		g.first, g.last, g.firstAt.UTC().Format(time.RFC3339), g.end.UTC().Format(time.RFC3339), g.w.id, g.w.from.UTC().Format(time.RFC3339))
+}
+
+// lostIn returns the restore window an anchor falls in, if any.
+func lostIn(ws []restoreWindow, a anchorLine) (restoreWindow, bool) {
+	for _, w := range ws {
+		if !a.at.Before(w.from) && a.at.Before(w.restored) {
+			return w, true
+		}
+	}
+	return restoreWindow{}, false
+}
+
+func readRestores(ctx context.Context, pool *pgxpool.Pool) ([]restoreWindow, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('public.restores') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	rows, err := pool.Query(ctx, `SELECT id, backup_started_at, restored_at FROM restores ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("audit: verify: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (restoreWindow, error) {
+		var w restoreWindow
+		return w, r.Scan(&w.id, &w.from, &w.restored)
+	})
 }
 
 // OK reports whether nothing was found wrong.
@@ -40,6 +108,11 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, anchorPath string) (Report,
 		return rep, err
 	}
 	rep.Anchors = len(anchors)
+	windows, err := readRestores(ctx, pool)
+	if err != nil {
+		return rep, err
+	}
+	rep.Restores = len(windows)
 	byChain := map[string][]anchorLine{}
 	for _, a := range anchors {
 		byChain[a.chain] = append(byChain[a.chain], a)
@@ -52,7 +125,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, anchorPath string) (Report,
 	for _, chain := range ids {
 		seen[chain] = true
 		err := db.InTenant(ctx, pool, chain, func(tx pgx.Tx) error {
-			return verifyChain(ctx, tx, chain, byChain[chain], &rep)
+			return verifyChain(ctx, tx, chain, byChain[chain], windows, &rep)
 		})
 		if err != nil {
 			return rep, err
@@ -60,10 +133,29 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, anchorPath string) (Report,
 		rep.Chains++
 	}
 	for chain, as := range byChain {
-		if !seen[chain] {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("chain %s: anchored at seq %d (anchor line %d) but gone from the database", chain, as[len(as)-1].seq, as[len(as)-1].line))
+		if seen[chain] {
+			continue
 		}
+		var gap *lostGap
+		lostAll := true
+		for _, a := range as {
+			w, lost := lostIn(windows, a)
+			if !lost {
+				lostAll = false
+				break
+			}
+			if gap == nil {
+				gap = &lostGap{w: w}
+			}
+			gap.add(a)
+		}
+		if lostAll {
+			rep.Lost = append(rep.Lost, "chain "+chain+" (made after the backup): "+gap.String())
+			continue
+		}
+		rep.Problems = append(rep.Problems, fmt.Sprintf("chain %s: anchored at seq %d (anchor line %d) but gone from the database", chain, as[len(as)-1].seq, as[len(as)-1].line))
 	}
+	sort.Strings(rep.Lost)
 	return rep, nil
 }
 
@@ -73,7 +165,7 @@ type seal struct {
 	hash    []byte
 }
 
-func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorLine, rep *Report) error {
+func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorLine, windows []restoreWindow, rep *Report) error {
 	name := chain
 	if chain == System {
 		name = "system"
@@ -164,8 +256,19 @@ func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorL
 		prev = s.hash
 	}
 	last := want - 1
+	var gap *lostGap
 	for _, a := range anchors {
-		switch h, ok := hashAt[a.seq]; {
+		h, ok := hashAt[a.seq]
+		// An anchor of the history a restore lost: its entry is missing,
+		// or the restored chain went on past the backup with another one.
+		if w, lost := lostIn(windows, a); lost && (a.seq > last || (ok && !bytes.Equal(h, a.hash))) {
+			if gap == nil {
+				gap = &lostGap{w: w}
+			}
+			gap.add(a)
+			continue
+		}
+		switch {
 		case a.seq < cp.Seq && !ok:
 			// Dropped behind the checkpoint.
 		case a.seq > last:
@@ -174,6 +277,9 @@ func verifyChain(ctx context.Context, tx pgx.Tx, chain string, anchors []anchorL
 		case !bytes.Equal(h, a.hash):
 			problem("seal %d differs from its anchor (line %d): the chain was rewritten", a.seq, a.line)
 		}
+	}
+	if gap != nil {
+		rep.Lost = append(rep.Lost, "chain "+name+": "+gap.String())
 	}
 	for id := range entries {
 		if !sealed[id] {

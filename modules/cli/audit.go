@@ -29,6 +29,12 @@ func verifyAudit(ctx context.Context, c *Call, _ *struct{}) error {
 		if rep.Checkpoints > 0 {
 			fmt.Fprintf(c.Stdout, "audit verify: %d chains verified from a checkpoint (their older entries were dropped by retention)\n", rep.Checkpoints)
 		}
+		if rep.Restores > 0 {
+			fmt.Fprintf(c.Stdout, "audit verify: this database was restored from a backup %d time(s): entries written after a backup are missing from it\n", rep.Restores)
+		}
+		for _, l := range rep.Lost {
+			fmt.Fprintln(c.Stdout, "RESTORED:", l)
+		}
 		for _, p := range rep.Problems {
 			fmt.Fprintln(c.Stdout, "PROBLEM:", p)
 		}

@@ -80,7 +80,7 @@ func runRestore(ctx context.Context, c *Call, o *restoreOptions) error {
 	m := r.Manifest
 	fmt.Fprintf(c.Stdout, "restored backup %s (%s database, release %s, taken %s to %s) into %s\n",
 		m.ID, m.Kind, m.Release, m.StartedAt.Format(time.RFC3339), m.FinishedAt.Format(time.RFC3339), c.Meta.DataDir)
-	fmt.Fprintf(c.Stdout, "everything after %s is missing from it; it is marked as restored (fencing tokens continue from %d)\n",
+	fmt.Fprintf(c.Stdout, "everything after %s is missing from it: a panel started on it leases nothing for a tenant until a complete look-up of the client's bookings has been applied (fencing tokens continue from %d)\n",
 		m.StartedAt.Format(time.RFC3339), r.TokensFrom)
 	return nil
 }

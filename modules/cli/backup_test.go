@@ -116,9 +116,14 @@ func TestBackupAndRestoreOfTheEmbeddedCluster(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Dir(dest))
 	require.Len(t, entries, 1, "no partial directory is left beside the backup")
 
-	// After the backup: a tenant the restore will not have.
+	// After the backup: a tenant the restore will not have, sealed and
+	// anchored on the old host.
 	_, err = tenant.Create(ctx, app, "later", "Later", audit.Entry{Actor: "test"})
 	require.NoError(t, err)
+	heads, err = audit.Seal(ctx, app)
+	require.NoError(t, err)
+	require.NotEmpty(t, heads)
+	require.NoError(t, audit.NewAnchor(audit.AnchorFile(data), slog.New(slog.DiscardHandler)).Write(time.Now(), heads))
 
 	// A backup into a directory that holds something is refused.
 	r = run(t, "", "backup", "--data-dir="+data, "--to="+dest)
@@ -194,7 +199,10 @@ func TestBackupAndRestoreOfTheEmbeddedCluster(t *testing.T) {
 
 	// The restore: as of the backup, marked, tokens moved on.
 	into := filepath.Join(root, "restored")
-	r = run(t, "", "restore", "--from="+dest, "--data-dir="+into)
+	r = run(t, "", "restore", "--from="+dest, "--data-dir="+into, "--anchors="+filepath.Join(root, "backups", "b1", "secret.key"))
+	require.Equal(t, 1, r.code, r)
+	require.Contains(t, r.stderr, "is not a later copy of the same anchors file")
+	r = run(t, "", "restore", "--from="+dest, "--data-dir="+into, "--anchors="+audit.AnchorFile(data))
 	require.Equal(t, 0, r.code, r)
 	require.Contains(t, r.stdout, "restored backup "+m.ID)
 	_, rpg := startPanelCluster(t, into)
@@ -216,7 +224,38 @@ func TestBackupAndRestoreOfTheEmbeddedCluster(t *testing.T) {
 	want, _ := os.ReadFile(audit.AnchorFile(data))
 	got, err := os.ReadFile(audit.AnchorFile(into))
 	require.NoError(t, err)
-	require.Equal(t, string(want), string(got))
+	require.Equal(t, string(want), string(got), "the old host's newer anchors")
+
+	// The restored chains go on past the backup with other entries at the
+	// lost sequence numbers; audit verify names what the restore lost and
+	// finds no tampering.
+	rapp, err := db.Open(ctx, rpg.AppURL(), 2)
+	require.NoError(t, err)
+	defer rapp.Close()
+	_, err = tenant.Create(ctx, rapp, "after", "After", audit.Entry{Actor: "test"})
+	require.NoError(t, err)
+	heads, err = audit.Seal(ctx, rapp)
+	require.NoError(t, err)
+	require.NoError(t, audit.NewAnchor(audit.AnchorFile(into), slog.New(slog.DiscardHandler)).Write(time.Now(), heads))
+	r = run(t, "", "audit", "verify", "--data-dir="+into)
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "this database was restored from a backup 1 time(s): entries written after a backup are missing from it")
+	require.Contains(t, r.stdout, "RESTORED: chain system: seqs ")
+	require.Contains(t, r.stdout, "the anchors prove those entries existed — lost with the restore, not tampered with")
+	require.Contains(t, r.stdout, "(made after the backup)", "the later tenant's chain")
+	require.NotContains(t, r.stdout, "PROBLEM")
+	require.Contains(t, r.stdout, "audit verify: OK")
+	// Tampering is still tampering on a restored database.
+	sc, err := pgx.Connect(ctx, rpg.SuperURL(embedded.Database))
+	require.NoError(t, err)
+	defer sc.Close(ctx)
+	_, err = sc.Exec(ctx, `ALTER TABLE audit_log DISABLE TRIGGER USER`)
+	require.NoError(t, err)
+	_, err = sc.Exec(ctx, `UPDATE audit_log SET actor = 'mallory' WHERE id = (SELECT min(id) FROM audit_log)`)
+	require.NoError(t, err)
+	r = run(t, "", "audit", "verify", "--data-dir="+into)
+	require.Equal(t, 1, r.code, r)
+	require.Contains(t, r.stdout, "was altered after it was sealed")
 }
 
 // TestBackupAndRestoreOfAnExternalDatabase: pg_dump with a role that

@@ -67,11 +67,11 @@ func crawlCommands() []Command {
 			}),
 		define(job("pause", "pause a job and its schedule (audited)", 1, 1, "NAME"), tenantFlags, crawlPause(true)),
 		define(job("resume", "resume a job and its schedule (audited)", 1, 1, "NAME"), tenantFlags, crawlPause(false)),
-		define(job("egress", "set the tenant's egress allowlist: --allow CIDR…, --port N… (admin; audited; docs/EGRESS.md)", 0, 0, ""),
+		define(job("egress", "set the tenant's egress allowlist: --allow RANGE:PORT…, --port N… (admin; audited; docs/EGRESS.md)", 0, 0, ""),
 			func(s *config.Set, o *egressOptions) {
 				tenantFlags(s, &o.tenantOption)
-				s.List(&o.allow, "allow", "", "an allowed CIDR range or address (repeatable)")
-				s.List(&o.ports, "port", "", "an allowed extra port (repeatable)")
+				s.List(&o.allow, "allow", "", "admit a special-purpose range or address on one port: 127.0.0.0/8:8081, 10.0.0.5:443, [::1]:8081; without a port, 80 and 443 (repeatable)")
+				s.List(&o.ports, "port", "", "an extra port public addresses may use (repeatable)")
 			}, crawlEgress),
 	}
 }
@@ -374,7 +374,7 @@ func crawlEgress(ctx context.Context, c *Call, o *egressOptions) error {
 		if err := svc.Store.SetEgress(ctx, tenant, actor(), crawl.EgressPolicy{Allow: o.allow, Ports: ports}); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.Stdout, "egress allowlist of the tenant: allow %v, extra ports %v\n", o.allow, ports)
+		fmt.Fprintf(c.Stdout, "egress allowlist of the tenant: allow %v, extra ports of public addresses %v\n", o.allow, ports)
 		return nil
 	})
 }

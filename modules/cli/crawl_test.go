@@ -68,9 +68,12 @@ func TestCrawlCommandsOnATenant(t *testing.T) {
 	require.Equal(t, 0, r.code, r)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM crawl_jobs WHERE name = 'catalogue-http' AND paused`))
 
-	r = crawl("", "egress", "--allow=10.0.0.0/8", "--port=8091")
+	r = crawl("", "egress", "--allow=10.0.0.0/8:8091", "--port=8443")
 	require.Equal(t, 0, r.code, r)
-	require.Contains(t, r.stdout, "allow [10.0.0.0/8], extra ports [8091]")
+	require.Contains(t, r.stdout, "allow [10.0.0.0/8:8091], extra ports of public addresses [8443]")
+	r = crawl("", "egress", "--allow=10.0.0.0/8:http")
+	require.Equal(t, 1, r.code, r)
+	require.Contains(t, r.stderr, "not a number from 1 to 65535")
 
 	// Proxies: a pool, a proxy with a sealed password, list, remove, restore.
 	r = crawl("", "proxy", "pool", "p1", "--rotation=round_robin", "--bench-after=2")

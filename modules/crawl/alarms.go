@@ -249,11 +249,11 @@ func (r *Rules) webhook(ctx context.Context, tenant string, job Job, event strin
 	if r.Egress != nil {
 		allow, ports = r.Egress(ctx, tenant)
 	}
-	pre, err := egress.ParseAllow(allow)
+	pre, err := egress.ParseEntries(allow)
 	if err != nil {
 		pre = nil
 	}
-	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: pre, Ports: append(append([]int(nil), egress.DefaultPorts...), ports...)}, Logger: r.Log})
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Entries: pre, Ports: append(append([]int(nil), egress.DefaultPorts...), ports...)}, Logger: r.Log})
 	if err != nil {
 		r.Log.Error("crawl: webhook guard", "err", err)
 		return

@@ -46,7 +46,7 @@ func benchCrawl(b *testing.B, render string, items int) {
 	f := startFleet(b, ctx, 1)
 	cat, port := startCatalog(b, catalog.Config{Hosts: []string{"127.0.0.31"}, Items: items, Rate: 1e6, Burst: 1e6})
 	_ = cat
-	out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port))
+	out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port))
 	require.Equal(b, 0, code, out)
 	list := "/catalog"
 	if render == "browser" {
@@ -113,7 +113,7 @@ func BenchmarkCrawlThreeAgentsOneHost(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		f := startFleet(b, ctx, 3)
 		cat, port := startCatalog(b, catalog.Config{Hosts: []string{"127.0.0.32"}, Items: 2000, Rate: 1e6, Burst: 1e6})
-		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port))
+		out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port))
 		require.Equal(b, 0, code, out)
 		f.apply("three", fmt.Sprintf(`version: 1
 name: three

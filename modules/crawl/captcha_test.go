@@ -278,8 +278,8 @@ func TestCaptchaSeam(t *testing.T) {
 		fmt.Sscan(p, &n)
 		return n
 	}
-	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{"127.0.0.0/8"},
-		Ports: []int{shopPort, port(solver.srv.URL), port(hook.URL)}}))
+	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{
+		fmt.Sprintf("127.0.0.0/8:%d", shopPort), fmt.Sprintf("127.0.0.0/8:%d", port(solver.srv.URL)), fmt.Sprintf("127.0.0.0/8:%d", port(hook.URL))}}))
 	_, _, err := r.svc.Apply(ctx, r.tenant, ops, "shop.yaml", []byte(fmt.Sprintf(`version: 1
 name: shop
 start: {urls: ["%s/shop"]}

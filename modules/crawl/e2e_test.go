@@ -38,15 +38,16 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // fleet is a panel binary and crawler agents of tenant "acme".
 type crawlFleet struct {
-	t      testing.TB
-	agents []int // the agent processes' pids
-	bin    string
-	d      *testenv.Database
-	tenant string
-	dir    string
-	base   string // the panel's URL
-	key    string // the panel's vault key (hex)
-	fleet  *fleet.Store
+	t       testing.TB
+	agents  []int // the agent processes' pids
+	bin     string
+	d       *testenv.Database
+	tenant  string
+	dir     string
+	base    string // the panel's URL
+	metrics string // the panel's metrics URL
+	key     string // the panel's vault key (hex)
+	fleet   *fleet.Store
 }
 
 func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
@@ -79,6 +80,7 @@ func startFleet(t testing.TB, ctx context.Context, agents int) *crawlFleet {
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key))
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
 	f.base = base
+	f.metrics = panel.MetricsURL(time.Minute)
 	for agentID, tok := range tokens {
 		state := filepath.Join(f.dir, "agent-"+agentID)
 		require.NoError(t, os.MkdirAll(state, 0o700))
@@ -224,7 +226,7 @@ func TestCrawlCatalogue(t *testing.T) {
 	f := startFleet(t, ctx, 2)
 	hosts := []string{"127.0.0.21", "127.0.0.22", "127.0.0.23"}
 	cat, port := startCatalog(t, catalog.Config{Hosts: hosts, Items: 400, Rate: 100, Burst: 50, CrawlDelay: 0.02})
-	out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port))
+	out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port))
 	require.Equal(t, 0, code, out)
 
 	t.Run("http", func(t *testing.T) {
@@ -284,7 +286,7 @@ limits: {concurrency: 6}
 
 	t.Run("retry-after", func(t *testing.T) {
 		slow, sport := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.24"}, Items: 120, Rate: 4, Burst: 2, RetryAfter: time.Second})
-		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port), fmt.Sprintf("--port=%d", sport))
+		out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port), fmt.Sprintf("--allow=127.0.0.0/8:%d", sport))
 		require.Equal(t, 0, code, out)
 		f.apply("cat-slow", fmt.Sprintf(`version: 1
 name: cat-slow
@@ -311,7 +313,7 @@ politeness: {concurrency: 1, delay: 20ms, retries: 10, backoff_base: 100ms, back
 
 	t.Run("browser", func(t *testing.T) {
 		js, jport := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.25"}, Items: 60})
-		out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port), fmt.Sprintf("--port=%d", jport))
+		out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port), fmt.Sprintf("--allow=127.0.0.0/8:%d", jport))
 		require.Equal(t, 0, code, out)
 		job := fmt.Sprintf(`version: 1
 name: cat-js
@@ -471,7 +473,7 @@ politeness: {concurrency: 1, delay: 300ms, jitter: 0}
 		}
 
 		// Completions per worker kind reach the metrics.
-		res, err := http.Get(f.base + "/metrics")
+		res, err := http.Get(f.metrics)
 		require.NoError(t, err)
 		metrics, _ := io.ReadAll(res.Body)
 		res.Body.Close()

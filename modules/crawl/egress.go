@@ -14,7 +14,10 @@ import (
 
 // EgressPolicy is a tenant's egress allowlist.
 type EgressPolicy struct {
+	// Allow entries admit special-purpose ranges on their own port
+	// (127.0.0.0/8:8081; without a port, 80 and 443): egress.ParseEntries.
 	Allow []string
+	// Ports are the ports beyond 80 and 443 public addresses may use.
 	Ports []int
 }
 
@@ -34,7 +37,7 @@ func (s *Store) Egress(ctx context.Context, tenant string) ([]string, []int) {
 // SetEgress replaces a tenant's allowlist. Only an admin (or the CLI on
 // the panel's host) may call it; the change is audited.
 func (s *Store) SetEgress(ctx context.Context, tenant string, by audit.Entry, p EgressPolicy) error {
-	if _, err := egress.ParseAllow(p.Allow); err != nil {
+	if _, err := egress.ParseEntries(p.Allow); err != nil {
 		return err
 	}
 	for _, port := range p.Ports {

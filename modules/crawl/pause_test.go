@@ -88,7 +88,7 @@ func TestPauseHoldsCrawls(t *testing.T) {
 	shop := startPauseShop(t, 4)
 	cs := claim.NewStore(r.d.App, nil)
 	cs.SetAgentNotifier(fleet.PauseNotifier{})
-	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{"127.0.0.0/8"}, Ports: []int{shop.port}}))
+	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{fmt.Sprintf("127.0.0.0/8:%d", shop.port)}}))
 	_, _, err := r.svc.Apply(ctx, r.tenant, ops, "shop.yaml", []byte(fmt.Sprintf(`version: 1
 name: shop
 start: {urls: ["%s/list"]}
@@ -145,7 +145,7 @@ limits: {concurrency: 1, run_time: 6s}
 	agents := r.a.CrawlAgents(r.tenant)
 	require.Len(t, agents, 1)
 	task := wire.PageTask{TaskID: wire.NewID(), RunID: id, Kind: wire.PageItem, URL: shop.base + "/p/9", Render: "http",
-		AllowedDomains: []string{"127.0.0.29"}, EgressAllow: []string{"127.0.0.0/8"}, EgressPorts: []int{shop.port}, TimeoutMS: 5000,
+		AllowedDomains: []string{"127.0.0.29"}, EgressAllow: []string{fmt.Sprintf("127.0.0.0/8:%d", shop.port)}, TimeoutMS: 5000,
 		Rules: wire.CrawlRules{Format: "html"}}
 	require.Eventually(t, func() bool {
 		res, err := r.a.Crawl(ctx, r.tenant, agents[0], task)

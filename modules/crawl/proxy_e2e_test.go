@@ -160,7 +160,7 @@ func (f *crawlFleet) proxies(ctx context.Context, pool string) map[string]crawl.
 // account's egress.
 func testProxyPools(t *testing.T, ctx context.Context, f *crawlFleet, _ *catalog.Server, port int) {
 	site, sport := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.26"}, Items: 100, Rate: 100, Burst: 50})
-	out, code := f.cli("egress", "--allow=127.0.0.0/8", fmt.Sprintf("--port=%d", port), fmt.Sprintf("--port=%d", sport))
+	out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port), fmt.Sprintf("--allow=127.0.0.0/8:%d", sport))
 	require.Equal(t, 0, code, out)
 	const secret = "Pr0xy-S3cret-7f2c"
 	good := startTestProxy(t, "crawler", secret, false)
@@ -296,7 +296,7 @@ proxy_pool: %s
 	// The costs reach the panel's metrics: the bytes the pool carried, and
 	// the seconds the crawlers' browsers were open for the browser run.
 	metric := func(re string) float64 {
-		res, err := http.Get(f.base + "/metrics")
+		res, err := http.Get(f.metrics)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()

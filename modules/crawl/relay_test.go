@@ -29,7 +29,7 @@ func TestRunAcrossReplicas(t *testing.T) {
 	cat, port := startCatalog(t, catalog.Config{Hosts: []string{"127.0.0.28"}, Items: 60})
 	const secret = "Relay-Pr0xy-Secret"
 	px := startTestProxy(t, "relay", secret, false)
-	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{"127.0.0.0/8"}, Ports: []int{port}}))
+	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{fmt.Sprintf("127.0.0.0/8:%d", port)}}))
 	_, err := r.svc.Store.SetPool(ctx, r.tenant, ops, crawl.PoolInput{Name: "relayed"})
 	require.NoError(t, err)
 	require.NoError(t, r.svc.Store.SetPoolAllow(ctx, r.tenant, ops, "relayed", []string{"127.0.0.1/32"}))

@@ -1013,11 +1013,11 @@ func (x *execution) solverClient() *http.Client {
 	if x.solverHTTP != nil {
 		return x.solverHTTP
 	}
-	allow, err := egress.ParseAllow(x.allow)
+	allow, err := egress.ParseEntries(x.allow)
 	if err != nil {
 		allow = nil
 	}
-	g, err := egress.New(egress.Config{Policy: egress.Policy{Allow: allow, Ports: append(append([]int(nil), egress.DefaultPorts...), x.ports...)},
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Entries: allow, Ports: append(append([]int(nil), egress.DefaultPorts...), x.ports...)},
 		Logger: x.r.Log})
 	if err != nil {
 		return &http.Client{Transport: errTransport{err}}

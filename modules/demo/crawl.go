@@ -33,7 +33,7 @@ func startCrawl(ctx context.Context, p *panel.Panel, token string, port int, ten
 	}
 	port = catalog.PortOf(cat.URLs()[0])
 	by := audit.Entry{Actor: "demo"}
-	if err := p.Crawl.Store.SetEgress(ctx, tenantID, by, crawl.EgressPolicy{Allow: []string{"127.0.0.0/8"}, Ports: []int{port}}); err != nil {
+	if err := p.Crawl.Store.SetEgress(ctx, tenantID, by, crawl.EgressPolicy{Allow: []string{fmt.Sprintf("127.0.0.0/8:%d", port)}}); err != nil {
 		cat.Close()
 		return nil, err
 	}

@@ -75,6 +75,8 @@ type Info struct {
 	ConsoleURL      string `json:"console_url"`
 	BoardURL        string `json:"board_url"`
 	BoardAdminToken string `json:"board_admin_token"`
+	// MetricsURL is the panel's metrics listener ("" without one).
+	MetricsURL string `json:"metrics_url,omitempty"`
 	// CatalogURLs are the crawl catalogue's hosts.
 	CatalogURLs []string `json:"catalog_urls"`
 	AdminEmail  string   `json:"admin_email"`
@@ -206,6 +208,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	}
 	consoleURL := "http://" + p.Addr()
 	info := newInfo(cfg.DataDir, consoleURL, brd)
+	if a := p.MetricsAddr(); a != "" {
+		info.MetricsURL = "http://" + a + "/metrics"
+	}
 	info.CatalogURLs = cat.URLs()
 	if err := writeInfo(cfg.DataDir, info); err != nil {
 		return err
@@ -260,6 +265,14 @@ func firstOr(xs []string) string {
 	return xs[0]
 }
 
+// metricsLine says where the panel's metrics are.
+func metricsLine(u string) string {
+	if u == "" {
+		return "not served (--metrics-listen is empty)"
+	}
+	return u + "   (Prometheus; this machine only)"
+}
+
 // banner prints what a person needs: where to sign in, with what, and where
 // the board is. It is the one place the one-time password appears, and only
 // on the start that set one (the first, or --reset-admin).
@@ -296,6 +309,7 @@ Fleetwright demo is running.
   Fleet:     %d agent processes (%d with Chromium); logs in %s
   Claims:    %s/claims   latency: %s/claims/latency   (other tenants: %s)
   Alarms:    %salarms
+  Metrics:   %s
   Crawl:     %s/crawl   (job %s on the catalogue %s every two minutes;
              flip its layout to see the zero-result alarm: curl -d layout=2 -H "Authorization: Bearer <board_admin_token in demo.json>" %s/_catalog/control)
 
@@ -303,5 +317,5 @@ Ctrl-C stops everything.
 
 `, info.ConsoleURL, signIn, info.BoardURL, info.BoardURL, InfoFile(info.DataDir),
 		strings.Join(cells, ", "), len(Agents), browsers, filepath.Join(info.DataDir, "logs"), first, first,
-		strings.Join(others, ", "), info.ConsoleURL, info.ConsoleURL+"t/"+CrawlTenant, CrawlJob, strings.Join(info.CatalogURLs, " "), firstOr(info.CatalogURLs))
+		strings.Join(others, ", "), info.ConsoleURL, metricsLine(info.MetricsURL), info.ConsoleURL+"t/"+CrawlTenant, CrawlJob, strings.Join(info.CatalogURLs, " "), firstOr(info.CatalogURLs))
 }

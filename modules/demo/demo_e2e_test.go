@@ -590,7 +590,7 @@ func heal(t *testing.T, data, console string) {
 	waitUntil(t, 2*time.Minute, "claims are confirmed again after Postgres came back", func() (bool, string) {
 		return confirmedSince(killed)
 	})
-	res, err := http.Get(console + "/metrics")
+	res, err := http.Get(readInfo(t, data).MetricsURL)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()

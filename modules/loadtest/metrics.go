@@ -78,7 +78,7 @@ func (r *runner) scrapeAll(ctx context.Context, final bool) {
 		if p == nil {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.panelURL(i)+"/metrics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.metricsURL(i), nil)
 		if err != nil {
 			continue
 		}

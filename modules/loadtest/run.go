@@ -68,6 +68,7 @@ type runner struct {
 	tenants   []*tenantPlan
 	tenantIDs []string
 	ports     [2]int
+	mports    [2]int // the replicas' metrics listeners
 	panels    [2]*proc
 	agents    []*proc
 	byAgentID map[string]*proc
@@ -351,6 +352,9 @@ func (r *runner) setup(ctx context.Context) error {
 		if r.ports[i], err = freePort(); err != nil {
 			return err
 		}
+		if r.mports[i], err = freePort(); err != nil {
+			return err
+		}
 		p, err := r.startPanel(i)
 		if err != nil {
 			return err
@@ -511,7 +515,7 @@ func (r *runner) startPanel(i int) (*proc, error) {
 
 func (r *runner) panelArgs(i int, name string) []string {
 	args := []string{"--role=panel", "--listen=127.0.0.1:" + strconv.Itoa(r.ports[i]), "--data-dir=" + filepath.Join(r.dir, name),
-		"--db-max-conns=48", "--shutdown-timeout=10s"}
+		"--metrics-listen=127.0.0.1:" + strconv.Itoa(r.mports[i]), "--db-max-conns=48", "--shutdown-timeout=10s"}
 	if r.cfg.BoardOutage > 0 {
 		args = append(args, "--health-interval="+outageHealthInterval.String())
 	}
@@ -519,6 +523,11 @@ func (r *runner) panelArgs(i int, name string) []string {
 }
 
 func (r *runner) panelURL(i int) string { return "http://127.0.0.1:" + strconv.Itoa(r.ports[i]) }
+
+// metricsURL is replica i's metrics listener.
+func (r *runner) metricsURL(i int) string {
+	return "http://127.0.0.1:" + strconv.Itoa(r.mports[i]) + "/metrics"
+}
 
 func (r *runner) startAgent(p *proc) error {
 	s, err := newSink(filepath.Join(r.logs, p.name+".log"), "", r.meter.counter(p.name))

@@ -36,13 +36,16 @@ import (
 
 // HTTPDeps are what the panel's HTTP side is built from.
 type HTTPDeps struct {
-	DB      *pgxpool.Pool
-	Health  *server.Health
-	Reg     *prometheus.Registry
-	Log     *slog.Logger
-	Version string
-	Clock   clock.Clock
-	Session account.Config
+	DB     *pgxpool.Pool
+	Health *server.Health
+	Reg    *prometheus.Registry
+	// MetricsToken, when set, serves /metrics on this router behind
+	// "Authorization: Bearer <token>".
+	MetricsToken string
+	Log          *slog.Logger
+	Version      string
+	Clock        clock.Clock
+	Session      account.Config
 	// AgentGateway serves /agent/ws; agents authenticate inside its
 	// handshake with their own tokens, not with console sessions.
 	AgentGateway http.Handler
@@ -75,8 +78,9 @@ type HTTP struct {
 
 // KernelRoutes are the routes mounted by app/ packages, which cannot import
 // modules/auth to declare a permission: all public by design (health and
-// readiness for load balancers, metrics for the scraper — Caddy keeps it
-// off the internet — and cache-busted assets). The route-walk test accepts
+// readiness for load balancers, metrics for the scraper — on the console's
+// port only with --metrics-token-file, and then behind its bearer token —
+// and cache-busted assets). The route-walk test accepts
 // these and nothing else without a declared permission.
 var KernelRoutes = map[string]bool{
 	"GET /healthz": true, "GET /readyz": true, "GET /metrics": true,
@@ -100,7 +104,12 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		// same vault.
 		r.Use(audit.NewAddressKeys(d.DB, d.Vault, d.Clock).Middleware)
 	}
-	server.Mount(r, d.Health, d.Reg)
+	server.Mount(r, d.Health)
+	if d.MetricsToken != "" {
+		// On the console's port only behind the token; without one,
+		// metrics live on their own listener (--metrics-listen).
+		r.Handle("/metrics", server.MetricsHandler(d.Reg, d.MetricsToken))
+	}
 	static.Mount(r)
 	if d.AgentGateway != nil {
 		r.Method(http.MethodGet, "/agent/ws", auth.Require(auth.Public, d.AgentGateway.ServeHTTP))

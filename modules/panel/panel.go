@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -110,6 +111,13 @@ type Config struct {
 	// Behind Caddy, the agent gateway hands out credentials only when Caddy
 	// says the agent's own leg was https.
 	TrustedProxies string
+	// MetricsListen is the address /metrics is served on, apart from the
+	// console (the figures name tenants, agents and model spend); empty
+	// serves no metrics listener. Off loopback it needs MetricsTokenFile.
+	MetricsListen string
+	// MetricsTokenFile holds a bearer token every /metrics request must
+	// carry; with it /metrics is also served on the console's address.
+	MetricsTokenFile string
 	// Ready, when set, receives the bound address once the panel serves.
 	Ready func(addr string)
 }
@@ -165,6 +173,10 @@ func (c *Config) Register(s *config.Set) {
 	s.List(&c.NotifyPorts, "notify-ports", "FLEET_NOTIFY_PORTS", "ports webhook channels may reach (default 80,443)", panel)
 	s.String(&c.ConsoleURL, "console-url", "FLEET_CONSOLE_URL", "",
 		"the console's public URL (https://panel.example.com), used to make links in notifications absolute", panel)
+	s.String(&c.MetricsListen, "metrics-listen", "FLEET_METRICS_LISTEN", DefaultMetricsListen,
+		"address the Prometheus metrics are served on (/metrics only), apart from the console; off loopback it needs --metrics-token-file; empty: no metrics listener", config.Roles("panel", "demo"))
+	s.String(&c.MetricsTokenFile, "metrics-token-file", "FLEET_METRICS_TOKEN_FILE", "",
+		"file holding a bearer token (16+ characters) every /metrics request must carry (Authorization: Bearer …); with it /metrics is also served on --listen", config.Roles("panel", "demo"))
 	s.String(&c.SecretKeyFile, "secret-key-file", "FLEET_SECRET_KEY_FILE", "",
 		"file with the 32-byte key sealing platform credentials (empty: <data-dir>/secret.key, created on first start; FLEET_SECRET_KEY wins)", panel)
 }
@@ -222,10 +234,49 @@ func (c *Config) Validate() error {
 	if _, err := health.ParseHungAfter(c.HungAfter); err != nil {
 		return fmt.Errorf("panel: --hung-after: %w", err)
 	}
+	if c.MetricsListen != "" {
+		host, _, err := net.SplitHostPort(c.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("panel: --metrics-listen (FLEET_METRICS_LISTEN) %q: host:port, like %s", c.MetricsListen, DefaultMetricsListen)
+		}
+		if !loopbackHost(host) && c.MetricsTokenFile == "" {
+			return fmt.Errorf("panel: --metrics-listen %s is not a loopback address: the metrics name tenants, agents and spend, so set --metrics-token-file (FLEET_METRICS_TOKEN_FILE) too, or listen on 127.0.0.1", c.MetricsListen)
+		}
+	}
 	if c.DBMaxConns < 4 {
 		return fmt.Errorf("panel: --db-max-conns must be at least 4, got %d", c.DBMaxConns)
 	}
 	return nil
+}
+
+// DefaultMetricsListen is where a panel serves /metrics unless told
+// otherwise: loopback, for a scraper on the same host (or an SSH tunnel).
+const DefaultMetricsListen = "127.0.0.1:9464"
+
+// loopbackHost reports whether a listen host is loopback only.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// metricsToken reads --metrics-token-file.
+func metricsToken(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("panel: --metrics-token-file (FLEET_METRICS_TOKEN_FILE): %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("panel: --metrics-token-file (FLEET_METRICS_TOKEN_FILE): %s must hold one token of at least 16 characters without spaces (e.g. openssl rand -hex 32)", file)
+	}
+	logging.RegisterSecret(tok)
+	return tok, nil
 }
 
 // Panel is a running panel.
@@ -267,6 +318,7 @@ type Panel struct {
 	embedded *embedded.Metrics
 	// supervised names the embedded services this panel supervises.
 	supervised []string
+	metrics    *server.Server
 	bg         sync.WaitGroup
 	bgStop     context.CancelFunc
 	hbStop     context.CancelFunc
@@ -621,13 +673,28 @@ func (p *Panel) startGateway(ctx context.Context) error {
 // starts this replica's heartbeat.
 func (p *Panel) startHTTP(ctx context.Context) (err error) {
 	cfg, log := p.cfg, p.log
-	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, Log: log, Version: cfg.Version, Clock: clock.Real{},
+	mtok, err := metricsToken(cfg.MetricsTokenFile)
+	if err != nil {
+		return err
+	}
+	h := NewHTTP(HTTPDeps{DB: p.DB, Health: p.Health, Reg: p.Reg, MetricsToken: mtok, Log: log, Version: cfg.Version, Clock: clock.Real{},
 		Session: account.Config{SessionIdle: cfg.SessionIdle, SessionMax: cfg.SessionMax}, AgentGateway: p.Gateway, Fleet: p.Fleet,
 		Claims: p.Claims, Crawl: p.Crawl, Schedules: p.Schedules, TrustedProxies: p.trusted, Vault: p.vault, Notifier: p.notifier})
 	p.Router = h.Router
 
 	if p.srv, err = server.Listen(cfg.Listen, h.Handler, log); err != nil {
 		return err
+	}
+	if cfg.MetricsListen != "" {
+		if p.metrics, err = server.Listen(cfg.MetricsListen, server.MetricsOnly(p.Reg, mtok), log); err != nil {
+			return fmt.Errorf("panel: --metrics-listen (FLEET_METRICS_LISTEN): %w", err)
+		}
+		go func() {
+			if err := p.metrics.Serve(); err != nil {
+				log.Error("metrics listener failed", "err", err)
+			}
+		}()
+		log.Info("metrics ready", "metrics", "http://"+p.metrics.Addr()+"/metrics", "bearer_required", mtok != "")
 	}
 	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(ctx))
 	p.hbDone = make(chan struct{})
@@ -719,6 +786,14 @@ func (p *Panel) Serve() error { return p.srv.Serve() }
 // Addr is the address the console is served on.
 func (p *Panel) Addr() string { return p.srv.Addr() }
 
+// MetricsAddr is the address of the metrics listener ("" without one).
+func (p *Panel) MetricsAddr() string {
+	if p.metrics == nil {
+		return ""
+	}
+	return p.metrics.Addr()
+}
+
 // Stop shuts everything down within the configured timeout.
 func (p *Panel) Stop() {
 	timeout := p.cfg.ShutdownTimeout
@@ -731,6 +806,9 @@ func (p *Panel) Stop() {
 		if err := p.srv.Shutdown(ctx); err != nil {
 			p.log.Warn("http shutdown cut connections", "err", err)
 		}
+	}
+	if p.metrics != nil {
+		_ = p.metrics.Shutdown(ctx)
 	}
 	if p.Gateway != nil {
 		// WebSockets are hijacked connections: Shutdown does not wait for them.

@@ -61,8 +61,10 @@ type PageTask struct {
 	Rules  CrawlRules `json:"rules"`
 	// AllowedDomains bound the links and redirects followed.
 	AllowedDomains []string `json:"allowed_domains"`
-	// EgressAllow and EgressPorts are the tenant's egress allowlist (CIDR
-	// ranges) and the ports beyond 80/443 it admits.
+	// EgressAllow and EgressPorts are the tenant's egress allowlist
+	// (entries with their port, like 127.0.0.0/8:8081: egress.ParseEntries;
+	// an agent that reads only CIDR ranges refuses such a task) and the
+	// ports beyond 80/443 it admits on public addresses.
 	EgressAllow []string `json:"egress_allow,omitempty"`
 	EgressPorts []int    `json:"egress_ports,omitempty"`
 	MaxBytes    int64    `json:"max_bytes"`

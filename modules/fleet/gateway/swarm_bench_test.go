@@ -46,8 +46,8 @@ func statusKiB(tb testing.TB, pid int, field string) int {
 }
 
 // goMetrics reads the Go runtime's figures from a panel's /metrics.
-func goMetrics(tb testing.TB, base string) map[string]float64 {
-	res, err := http.Get(base + "/metrics")
+func goMetrics(tb testing.TB, metrics string) map[string]float64 {
+	res, err := http.Get(metrics)
 	require.NoError(tb, err)
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
@@ -161,13 +161,14 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 		"FLEET_DATABASE_URL="+d.OwnerURL, "FLEET_DATABASE_APP_URL="+d.AppURL, "FLEET_REDIS_URL="+testenv.RedisURL(b),
 		"FLEET_SECRET_KEY="+hex.EncodeToString(key), "FLEET_DB_MAX_CONNS=32")
 	base := panel.WaitFor(`panel ready" console=(http://127\.0\.0\.1:\d+)/`, time.Minute)
+	metrics := panel.MetricsURL(time.Minute)
 	wsURL := strings.Replace(base, "http", "ws", 1) + "/agent/ws"
 	// The sleeps of this benchmark are its method, in real time: memory is
 	// read at set times after start-up and after the reconnect storm
 	// (docs/BENCHMARKS.md, "Agent connections and idle agent memory").
 	time.Sleep(2 * time.Second)
 	before := rssKiB(b, panel.Cmd.Process.Pid)
-	mBefore := goMetrics(b, base)
+	mBefore := goMetrics(b, metrics)
 
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -204,7 +205,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	time.Sleep(25 * time.Second)
 	after := rssKiB(b, panel.Cmd.Process.Pid)
 	b.ReportMetric(float64(early-before)/float64(n), "KiB/conn-5s")
-	mAfter := goMetrics(b, base)
+	mAfter := goMetrics(b, metrics)
 	perConn := float64(after-before) / float64(n)
 	b.ReportMetric(float64(before)/1024, "panel-idle-MiB")
 	b.ReportMetric(float64(after)/1024, "panel-MiB-with-swarm")
@@ -263,7 +264,7 @@ func BenchmarkIdleAgentConnections(b *testing.B) {
 	// started with the handshakes' larger stacks.
 	time.Sleep(time.Until(lastWelcome.Add(2 * time.Minute)))
 	b.ReportMetric(float64(rssKiB(b, panel.Cmd.Process.Pid)-before)/float64(n), "KiB/conn-120s")
-	mLate := goMetrics(b, base)
+	mLate := goMetrics(b, metrics)
 	b.ReportMetric((mLate["go_memstats_stack_inuse_bytes"]-mBefore["go_memstats_stack_inuse_bytes"])/float64(n)/1024, "stack-KiB/conn-120s")
 	cancel()
 	wg.Wait()
