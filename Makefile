@@ -7,8 +7,10 @@ DATA_DIR  ?= ./var
 LISTEN    ?= 127.0.0.1:8080
 # System packages the product and its tests run: Postgres and Redis (embedded
 # by the panel), Chromium (agents and browser tests), systemd (unit checks),
-# prometheus (its promtool checks and unit-tests deploy/prometheus/alerts.yml).
-APT_PKGS  := postgresql redis-server chromium systemd prometheus caddy
+# prometheus (its promtool checks and unit-tests deploy/prometheus/alerts.yml),
+# patroni, etcd-server and redis-sentinel (the HA harness in app/testenv
+# starts a Patroni cluster and Sentinel-watched Redis on loopback).
+APT_PKGS  := postgresql redis-server chromium systemd prometheus caddy patroni etcd-server redis-sentinel
 
 .PHONY: all deps build run test vet fmt-check generate check-generated bench clean sbom vulncheck
 
@@ -23,6 +25,9 @@ deps:
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v caddy >/dev/null 2>&1 || missing="$$missing caddy"; \
+	command -v patroni >/dev/null 2>&1 || missing="$$missing patroni"; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	command -v redis-sentinel >/dev/null 2>&1 || missing="$$missing redis-sentinel"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "deps: installing$$missing"; \

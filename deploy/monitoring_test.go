@@ -52,7 +52,8 @@ func TestAlertsCoverWhatAPersonMustHear(t *testing.T) {
 	for _, name := range []string{"FleetWorkerCrashLoop", "FleetAgentCrashLoop", "FleetWorkerHung", "FleetQueueBacklog",
 		"FleetCellFailing", "FleetDuplicateConfirmation", "FleetAuditVerificationFailed", "FleetDiskNearlyFull",
 		"FleetDependencyDown", "FleetMetricsStale", "FleetAgentOffline", "FleetReplicasOnMixedVersions",
-		"FleetHTTPErrorRatio", "FleetClaimUnknownRatio", "FleetModelSpendLimitReached", "FleetModelSpendSurge"} {
+		"FleetHTTPErrorRatio", "FleetClaimUnknownRatio", "FleetModelSpendLimitReached", "FleetModelSpendSurge",
+		"FleetNoSyncStandby", "FleetDatabaseFailover", "FleetSentinelNoQuorum"} {
 		require.Contains(t, string(rules), "alert: "+name)
 	}
 	headings := map[string]bool{}

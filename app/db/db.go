@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -21,8 +22,10 @@ import (
 const migrationLockKey int64 = 0x666c656574777269
 
 // Open returns a pool of at most maxConns connections, checked with a ping.
-// pgx's default (4 on two cores) is far too small for a claim engine.
-func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// pgx's default (4 on two cores) is far too small for a claim engine. tune,
+// when given, adjusts the pool's configuration before it opens (a hook run
+// on every acquire, for instance).
+func Open(ctx context.Context, url string, maxConns int32, tune ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("db: parse url: %s", redactURLError(err))
@@ -31,6 +34,9 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		cfg.MaxConns = maxConns
 	}
 	cfg.MaxConnIdleTime = 5 * time.Minute
+	for _, f := range tune {
+		f(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("db: open pool: %w", err)
@@ -39,9 +45,44 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("db: connect to %s as %s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.User, err)
+		hosts := Hosts(cfg.ConnConfig)
+		if len(hosts) > 1 && cfg.ConnConfig.ValidateConnect != nil {
+			return nil, fmt.Errorf("db: none of %s accepted a session as %s with target_session_attrs=%s: each is down or refuses it (a standby is read-only). "+
+				"Check that the cluster has a primary (patronictl list) and that the URL names its members: %w",
+				strings.Join(hosts, ", "), cfg.ConnConfig.User, sessionAttrs(url), err)
+		}
+		return nil, fmt.Errorf("db: connect to %s as %s: %w", strings.Join(hosts, ", "), cfg.ConnConfig.User, err)
 	}
 	return pool, nil
+}
+
+var sessionAttrsRE = regexp.MustCompile(`target_session_attrs=([a-z-]+)`)
+
+// sessionAttrs is the URL's target_session_attrs (for an error message).
+func sessionAttrs(url string) string {
+	if m := sessionAttrsRE.FindStringSubmatch(url); m != nil {
+		return m[1]
+	}
+	return "?"
+}
+
+// Hosts lists the host:port of every server a connection configuration
+// names (a multi-host URL has several; pgx tries them in order).
+func Hosts(c *pgx.ConnConfig) []string {
+	out := []string{hostPort(c.Host, c.Port)}
+	for _, f := range c.Fallbacks {
+		if h := hostPort(f.Host, f.Port); h != out[len(out)-1] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func hostPort(h string, p uint16) string {
+	if strings.HasPrefix(h, "/") {
+		return h
+	}
+	return fmt.Sprintf("%s:%d", h, p)
 }
 
 // redactURLError keeps a password in a malformed URL out of the error.

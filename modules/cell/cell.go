@@ -157,6 +157,7 @@ type metrics struct {
 	failures  *prometheus.CounterVec
 	sightings *prometheus.CounterVec
 	dispatch  *prometheus.CounterVec
+	quorum    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -169,9 +170,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Sightings by outcome: queued (first), duplicate (SET NX refused), lost (cell failing)."}, []string{"cell", "result"}),
 		dispatch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleet_cell_dispatched_total",
 			Help: "Queued entries handled by the dispatcher: ok, late (past max age, queued again), stale (its load expired: dropped with its seen-key), error (left pending)."}, []string{"cell", "result"}),
+		quorum: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fleet_cell_sentinel_quorum",
+			Help: "For a cell on Sentinels: 1 while they have the quorum to promote a replica (SENTINEL CKQUORUM), 0 while they do not or none answers."}, []string{"cell"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.up, m.failures, m.sightings, m.dispatch)
+		reg.MustRegister(m.up, m.failures, m.sightings, m.dispatch, m.quorum)
 	}
 	return m
 }
@@ -230,9 +233,33 @@ func (m *Manager) Start(ctx context.Context) error {
 			if err := m.Reload(m.ctx); err != nil && m.ctx.Err() == nil {
 				m.log.Warn("cell reload failed; keeping the current cells", "err", err)
 			}
+			m.checkQuorum(m.ctx)
 		}
 	}()
 	return nil
+}
+
+// checkQuorum asks each Sentinel cell's Sentinels whether they could
+// promote a replica now (fleet_cell_sentinel_quorum): without a quorum a
+// dead master stays dead, and the cell with it.
+func (m *Manager) checkQuorum(ctx context.Context) {
+	m.mu.RLock()
+	var cells []*cell
+	for _, c := range m.cells {
+		if IsSentinel(c.url) {
+			cells = append(cells, c)
+		}
+	}
+	m.mu.RUnlock()
+	for _, c := range cells {
+		err := SentinelQuorum(ctx, c.url)
+		v := 1.0
+		if err != nil {
+			v = 0
+			m.log.Warn("the cell's Sentinels have no quorum to promote a replica", "cell", c.name, "err", err)
+		}
+		m.m.quorum.WithLabelValues(c.name).Set(v)
+	}
 }
 
 // Stop ends every cell's loops and closes their clients.
@@ -307,21 +334,13 @@ func (m *Manager) startCell(name, url string) (*cell, error) {
 	if url == "" {
 		return nil, errors.New("cell: no Redis URL (and no default)")
 	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("cell: %s: malformed Redis URL", name)
-	}
-	logging.RegisterSecret(opts.Password)
-	opts.PoolSize = m.cfg.PoolSize
-	opts.MinIdleConns = 2
 	// Fail fast: a cell that cannot answer within a second is failing, and
 	// its tenants' sightings are better lost than piled up.
-	opts.DialTimeout = time.Second
-	opts.ReadTimeout = time.Second
-	opts.WriteTimeout = time.Second
-	opts.PoolTimeout = time.Second
-	opts.MaxRetries = 1
-	c := &cell{name: name, url: url, rdb: redis.NewClient(opts), since: m.cfg.Clock.Now(), done: make(chan struct{})}
+	rdb, err := OpenRedis(url, Tuning{PoolSize: m.cfg.PoolSize, MinIdleConns: 2, Timeout: time.Second, MaxRetries: 1})
+	if err != nil {
+		return nil, fmt.Errorf("cell: %s: %w", name, err)
+	}
+	c := &cell{name: name, url: url, rdb: rdb, since: m.cfg.Clock.Now(), done: make(chan struct{})}
 	m.m.up.WithLabelValues(name).Set(1)
 	ctx, cancel := context.WithCancel(m.ctx)
 	c.cancel = cancel

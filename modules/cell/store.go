@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/redis/go-redis/v9"
 )
 
 // Def is a cell as stored.
@@ -83,9 +82,11 @@ func CheckDef(d Def) error {
 		return fmt.Errorf("cell: name %q: use lowercase letters, digits and dashes (up to 63)", d.Name)
 	}
 	if d.RedisURL != "" {
-		if _, err := redis.ParseURL(d.RedisURL); err != nil {
-			return errors.New("cell: the Redis URL is malformed (redis://, rediss:// or unix://)")
+		c, err := OpenRedis(d.RedisURL, Tuning{})
+		if err != nil {
+			return err
 		}
+		_ = c.Close()
 	}
 	return nil
 }
@@ -152,6 +153,10 @@ func RedactURL(s string) string {
 		if _, ok := u.User.Password(); ok {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
 		}
+	}
+	if q := u.Query(); q.Get("password") != "" {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.String()
 }

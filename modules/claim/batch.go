@@ -59,24 +59,48 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 			return nil, fmt.Errorf("claim: grant batch: job %s twice", reqs[order[k]].Job.Job.Key)
 		}
 	}
+	refuse, commit := s.durability(tenant)
+	if refuse {
+		for i := range out {
+			out[i].Err = &Refusal{Reason: ReasonNotDurable}
+		}
+		return out, nil
+	}
+	ops := make([]string, len(reqs))
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('app.tenant_id', $1, true),
 		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
 		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant)
+	if commit != "" {
+		b.Queue(commitSQL, commit)
+	}
 	for _, i := range order {
 		r := reqs[i]
+		ops[i] = newOperationID()
 		b.Queue(`SELECT set_config('app.conn', $1, true)`, r.Holder.Conn)
 		b.Queue(recordJobSQL, recordJobArgs(r.Job)...)
 		b.Queue(grantSQL, tenant, r.Job.Job.Key, r.Holder.Agent, r.Holder.Worker, r.SendWithin.Seconds(), ClearanceFor.Seconds(),
-			r.HardTimeout.Seconds())
+			r.HardTimeout.Seconds(), ops[i])
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	fail := func(err error) ([]GrantResult, error) {
+		if unknownCommit(err) {
+			// The batch may have committed: granting its jobs again one by
+			// one would find them held by this very batch, and their actors
+			// would never hear of their grants. Read back instead.
+			br.Close()
+			return s.settleBatch(ctx, tenant, reqs, ops, err)
+		}
 		return nil, fmt.Errorf("claim: grant batch: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
 		return fail(err)
+	}
+	if commit != "" {
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
 	}
 	var refused []int
 	for _, i := range order {
@@ -123,11 +147,42 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 	return out, nil
 }
 
+// settleBatch settles a grant batch whose commit is unknown (cause): the
+// batch is one transaction, so either none of its grants is in the
+// database (an error: its jobs may be granted one by one) or it committed,
+// and the jobs without a grant row were refused (diagnosed as usual).
+func (s *Store) settleBatch(ctx context.Context, tenant string, reqs []GrantRequest, ops []string, cause error) ([]GrantResult, error) {
+	found, err := s.settleGrants(ctx, tenant, ops)
+	if err != nil {
+		return nil, fmt.Errorf("claim: grant batch: %w", err)
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("claim: grant batch: %w (%v)", ErrCommitLost, cause)
+	}
+	out := make([]GrantResult, len(reqs))
+	for i, r := range reqs {
+		if g, ok := found[ops[i]]; ok {
+			out[i].Grant = g
+			continue
+		}
+		out[i].Grant = Grant{Key: r.Job.Job.Key}
+		d, ok, err := s.diagnose(ctx, tenant, r.Job.Job.Key)
+		switch {
+		case err != nil:
+			out[i].Err = fmt.Errorf("claim: grant refused, its reason unreadable: %w", err)
+		case !ok:
+			out[i].Err = &Refusal{Reason: ReasonUnknownJob}
+		default:
+			out[i].Err = s.leaseRefusal(ctx, tenant, r.Job.Job.Key, d)
+		}
+	}
+	return out, nil
+}
+
 // diagnose reads why a lease or grant of key was refused (found is false
 // when the tenant is gone).
 func (s *Store) diagnose(ctx context.Context, tenant, key string) (d leaseDiag, found bool, err error) {
-	err = db.TenantRow(ctx, s.pool, tenant, leaseDiagSQL, tenant, key, ClearanceFor.Seconds()).Scan(&d.globalPaused,
-		&d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine, &d.reviewFine, &d.rate, &d.state, &d.blocked)
+	err = scanDiag(db.TenantRow(ctx, s.pool, tenant, leaseDiagSQL, tenant, key, ClearanceFor.Seconds()), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, false, nil
 	}

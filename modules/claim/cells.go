@@ -23,6 +23,12 @@ func (e *Engine) PutCell(ctx context.Context, by audit.Entry, d cell.Def) error 
 	if err := cell.CheckDef(d); err != nil {
 		return Invalid(err.Error())
 	}
+	// A master name the Sentinels do not know is a typo, not an outage:
+	// refused. Sentinels that do not answer are an outage: the cell is
+	// saved and shows failing until they do.
+	if err := cell.CheckSentinels(ctx, d.RedisURL); errors.Is(err, cell.ErrUnknownMaster) {
+		return Invalid(err.Error())
+	}
 	err := audit.InSystem(ctx, e.store.pool, func(tx pgx.Tx) error {
 		if err := cell.PutCell(ctx, tx, d); err != nil {
 			return err

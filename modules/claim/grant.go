@@ -61,13 +61,13 @@ var grantSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
                     lease_expires_at, leased_at, act_started_at, act_deadline,
                     published_at, seen_at, queued_at, clock_error_ms, board_clock_error_ms, load_expires_at, cell)
-SELECT $1, $2, 'ACTING', nextval('claim_token'), $3, $4, gen_random_uuid(),
+SELECT $1, $2, 'ACTING', nextval('claim_token'), $3, $4, $8::uuid,
        clock_timestamp() + make_interval(secs => $5), clock_timestamp(), clock_timestamp(),
        clock_timestamp() + make_interval(secs => $5 + $7),
        j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.board_clock_error_ms, j.expires_at, j.cell
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
-  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
   AND NOT claim_restore_held($1)
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
   AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
@@ -124,23 +124,52 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 	if q.Tenant == "" || q.Job.Key == "" || h.Agent == "" || h.Worker == "" {
 		return Grant{}, errors.New("claim: grant needs a tenant, a job key and a holder")
 	}
+	refuse, commit := s.durability(q.Tenant)
+	if refuse {
+		return Grant{}, &Refusal{Reason: ReasonNotDurable}
+	}
 	g := Grant{Key: q.Job.Key}
+	op := newOperationID()
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('app.tenant_id', $1, true), set_config('app.conn', $2, true),
 		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
 		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, q.Tenant, h.Conn)
+	if commit != "" {
+		b.Queue(commitSQL, commit)
+	}
 	b.Queue(recordJobSQL, recordJobArgs(q)...)
 	b.Queue(grantSQL, q.Tenant, q.Job.Key, h.Agent, h.Worker, req.SendWithin.Seconds(), ClearanceFor.Seconds(),
-		req.HardTimeout.Seconds())
+		req.HardTimeout.Seconds(), op)
 	b.Queue(leaseDiagSQL, q.Tenant, q.Job.Key, ClearanceFor.Seconds())
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
+	// A lost connection leaves the grant's commit unknown: it is read back
+	// by its operation id, never granted again (see settle.go).
+	lost := func(err error) (Grant, error) {
+		if !unknownCommit(err) {
+			return Grant{}, fmt.Errorf("claim: grant %s: %w", q.Job.Key, err)
+		}
+		br.Close()
+		found, serr := s.settleGrants(ctx, q.Tenant, []string{op})
+		if serr != nil {
+			return Grant{}, fmt.Errorf("claim: grant %s: %w", q.Job.Key, serr)
+		}
+		if g, ok := found[op]; ok {
+			return g, nil
+		}
+		return Grant{}, fmt.Errorf("claim: grant %s: %w (%v)", q.Job.Key, ErrCommitLost, err)
+	}
 	if _, err := br.Exec(); err != nil {
-		return Grant{}, fmt.Errorf("claim: grant %s: %w", q.Job.Key, err)
+		return lost(err)
+	}
+	if commit != "" {
+		if _, err := br.Exec(); err != nil {
+			return lost(err)
+		}
 	}
 	var recorded string
 	if err := br.QueryRow().Scan(&recorded); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Grant{}, fmt.Errorf("claim: grant %s: record job: %w", q.Job.Key, err)
+		return lost(err)
 	}
 	g.Recorded = recorded != ""
 	var withinMS int64
@@ -149,16 +178,15 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 	if err == nil {
 		g.SendWithin = time.Duration(withinMS) * time.Millisecond
 		if err := br.Close(); err != nil {
-			return Grant{}, fmt.Errorf("claim: grant %s: %w", q.Job.Key, err)
+			return lost(err)
 		}
 		return g, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return Grant{}, fmt.Errorf("claim: grant %s: %w", q.Job.Key, err)
+		return lost(err)
 	}
 	var d leaseDiag
-	err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
-		&d.reviewFine, &d.rate, &d.state, &d.blocked)
+	err = scanDiag(br.QueryRow(), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return g, &Refusal{Reason: ReasonUnknownJob}
 	}

@@ -80,6 +80,10 @@ const (
 	ReasonExpired    = "expired"
 	ReasonMissing    = "missing"
 	ReasonConflict   = "conflict"
+	// ReasonNotDurable: the durability hold is on (the cluster has no
+	// synchronous standby) and the tenant did not accept single-node
+	// durability. Agents hear it as paused.
+	ReasonNotDurable = "not_durable"
 )
 
 func (r *Refusal) Error() string {
@@ -108,7 +112,41 @@ type Store struct {
 	bound    time.Duration
 	// honours overrides HonoursIdempotencyKeys (tests).
 	honours func(ctx context.Context, tenant string) (bool, error)
+	gate    DurabilityGate
 }
+
+// DurabilityGate answers, from the panel's latest durability check, whether
+// a tenant's lease and act statements are refused before they are sent (the
+// hold is on and the tenant did not accept single-node durability: sent,
+// they would wait for a standby that is not there, under strict synchronous
+// mode) and whether they commit on the primary alone (the hold is on and the
+// tenant accepted that). The statements read the hold themselves too.
+type DurabilityGate func(tenant string) (refuse, local bool)
+
+// SetDurabilityGate attaches the panel's durability check (nil: none, the
+// embedded single node).
+func (s *Store) SetDurabilityGate(g DurabilityGate) { s.gate = g }
+
+// durability answers the gate for tenant; commit is the synchronous_commit
+// the statement's transaction sets ("" with no gate: the server's own).
+func (s *Store) durability(tenant string) (refuse bool, commit string) {
+	if s.gate == nil {
+		return false, ""
+	}
+	refuse, local := s.gate(tenant)
+	if local {
+		return refuse, "local"
+	}
+	// Set explicitly: while the hold is on, the panel's other writes commit
+	// locally (so the console does not wait for a standby), and a claim
+	// statement must never inherit that from its connection.
+	return refuse, "on"
+}
+
+// commitSQL sets the synchronous_commit of the rest of the implicit
+// transaction ($1: on, or local for a tenant that accepted single-node
+// durability while the hold is on).
+const commitSQL = `SELECT set_config('synchronous_commit', $1, true)`
 
 // NewStore returns a store on the application role's pool; river inserts the
 // reconcile job of every UNKNOWN in the same transaction.
@@ -139,6 +177,13 @@ const dayStart = `(date_trunc('day', clock_timestamp() AT TIME ZONE 'UTC') AT TI
 const capOK = `(t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
       AND x.state IN ('LEASED','ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= ` + dayStart + `
       AND x.target_job_key <> $2) < t.daily_booking_cap)`
+
+// durableOK is true while the cluster promises that a commit is on two
+// nodes (no durability hold), or the tenant (alias t) knowingly accepted
+// single-node durability. Read inside the lease and act statements, as the
+// pause switch is, so a hold set by any replica stops every replica's next
+// statement.
+const durableOK = `((SELECT durability_hold FROM fleet_switches) IS NULL OR t.single_node_ok)`
 
 // wantedSQL is true when one of the tenant's enabled filters matches the
 // panel's record of the job (the same rule as Filter.Match).
@@ -179,12 +224,12 @@ func reLeasable(a, p string) string {
 var leaseSQL = `
 INSERT INTO claims AS c (tenant_id, target_job_key, state, token, holder_agent, holder_worker, operation_id,
                     lease_expires_at, leased_at, published_at, seen_at, queued_at, clock_error_ms, board_clock_error_ms, load_expires_at, cell)
-SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, gen_random_uuid(),
+SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, $7::uuid,
        clock_timestamp() + make_interval(secs => $5), clock_timestamp(),
        j.published_at, j.seen_at, j.queued_at, j.clock_error_ms, j.board_clock_error_ms, j.expires_at, j.cell
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
-  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
   -- A restored database holds the tenant's leases until its bookings
   -- have been looked up (restore.go).
   AND NOT claim_restore_held($1)
@@ -223,29 +268,60 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	if req.For <= 0 {
 		return Lease{}, errors.New("claim: lease length must be positive")
 	}
+	refuse, commit := s.durability(req.Tenant)
+	if refuse {
+		return Lease{}, &Refusal{Reason: ReasonNotDurable}
+	}
 	l := Lease{Key: req.Key}
+	op := newOperationID()
 	var remainingMS int64
 	b := &pgx.Batch{}
 	b.Queue("SELECT set_config('app.tenant_id', $1, true), set_config('app.conn', $2, true)", req.Tenant, req.Holder.Conn)
-	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(), ClearanceFor.Seconds())
+	if commit != "" {
+		b.Queue(commitSQL, commit)
+	}
+	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(), ClearanceFor.Seconds(), op)
 	b.Queue(leaseDiagSQL, req.Tenant, req.Key, ClearanceFor.Seconds())
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
+	lost := func(err error) (Lease, error) {
+		if !unknownCommit(err) {
+			return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+		}
+		br.Close()
+		l, found, serr := s.settleLease(ctx, req, op)
+		switch {
+		case serr != nil:
+			return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, serr)
+		case !found:
+			return Lease{}, fmt.Errorf("claim: lease %s: %w (%v)", req.Key, ErrCommitLost, err)
+		}
+		return l, nil
+	}
 	if _, err := br.Exec(); err != nil {
-		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+		return lost(err)
+	}
+	if commit != "" {
+		if _, err := br.Exec(); err != nil {
+			return lost(err)
+		}
 	}
 	err := br.QueryRow().Scan(&l.Token, &l.OperationID, &l.LeasedAt, &l.ExpiresAt, &remainingMS, &l.Attempt,
 		&l.BookingKey, &l.KeysHonoured)
 	if err == nil {
 		l.Remaining = time.Duration(remainingMS) * time.Millisecond
+		// The implicit transaction commits at the batch's end: only a
+		// clean close says it did.
+		if err := br.Close(); err != nil {
+			return lost(err)
+		}
 		return l, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, fmt.Errorf("claim: lease %s: %w", req.Key, err)
+		return lost(err)
 	}
 	var d leaseDiag
-	err = br.QueryRow().Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
-		&d.reviewFine, &d.rate, &d.state, &d.blocked)
+	err = scanDiag(br.QueryRow(), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, &Refusal{Reason: ReasonUnknownJob}
 	}
@@ -264,6 +340,14 @@ type leaseDiag struct {
 	// cleared by a fresh look-up after an UNKNOWN), or a tenant held after
 	// a restore.
 	blocked bool
+	// held: the durability hold stops this tenant.
+	held bool
+}
+
+// scanDiag reads leaseDiagSQL's row.
+func scanDiag(r pgx.Row, d *leaseDiag) error {
+	return r.Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
+		&d.reviewFine, &d.rate, &d.state, &d.blocked, &d.held)
 }
 
 var leaseDiagSQL = `
@@ -273,7 +357,8 @@ SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
        j.job_key IS NULL OR ` + reviewOK + `, COALESCE(j.rate_cents, 0),
        (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2),
        COALESCE((SELECT x.state = 'RELEASED' AND NOT ` + reLeasable("x", "$3") + ` FROM claims x
-                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false) OR claim_restore_held($1)
+                 WHERE x.tenant_id = $1 AND x.target_job_key = $2), false) OR claim_restore_held($1),
+       NOT ` + durableOK + `
 FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
 WHERE t.id = $1`
 
@@ -287,6 +372,8 @@ func (s *Store) leaseRefusal(ctx context.Context, tenant, key string, d leaseDia
 	switch {
 	case d.globalPaused || d.tenantPaused:
 		return &Refusal{Reason: ReasonPaused, State: st}
+	case d.held:
+		return &Refusal{Reason: ReasonNotDurable, State: st}
 	case !d.haveJob || d.expired:
 		return &Refusal{Reason: ReasonUnknownJob, State: st}
 	case st != "" && st != Released && st != Leased, d.blocked:
@@ -316,14 +403,14 @@ type ActGrant struct {
 // The daily cap is checked in it too, exactly: when the tenant has a cap, the
 // statement before it in the same implicit transaction takes the tenant's
 // advisory lock, so ACTING starts of one tenant count each other.
-const startActingSQL = `
+var startActingSQL = `
 UPDATE claims SET state = 'ACTING', act_started_at = clock_timestamp(),
        act_deadline = clock_timestamp() + make_interval(secs => $6)
 FROM tenants t
 WHERE t.id = $1 AND claims.tenant_id = $1 AND claims.target_job_key = $2 AND claims.token = $3
   AND claims.holder_agent = $4 AND claims.holder_worker = $5 AND claims.state = 'LEASED'
   AND claims.lease_expires_at > clock_timestamp()
-  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused
+  AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
   AND (t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
       AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= ` + dayStart + `) < t.daily_booking_cap)
 RETURNING claims.operation_id::text, claims.act_deadline`
@@ -331,14 +418,24 @@ RETURNING claims.operation_id::text, claims.act_deadline`
 // StartActing moves a lease to ACTING, or explains with a *Refusal why not.
 // hardTimeout bounds the action: past it the sweeper makes the claim UNKNOWN.
 func (s *Store) StartActing(ctx context.Context, tenant, key string, token int64, h Holder, hardTimeout time.Duration) (ActGrant, error) {
+	refuse, commit := s.durability(tenant)
+	if refuse {
+		return ActGrant{}, &Refusal{Reason: ReasonNotDurable}
+	}
 	var g ActGrant
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('app.tenant_id', $1, true), set_config('app.conn', $2, true),
 		(SELECT count(*) FROM (SELECT pg_advisory_xact_lock(hashtextextended(id::text, 7))
 		 FROM tenants WHERE id = $1::uuid AND daily_booking_cap IS NOT NULL) l)`, tenant, h.Conn)
+	if commit != "" {
+		b.Queue(commitSQL, commit)
+	}
 	b.Queue(startActingSQL, tenant, key, token, h.Agent, h.Worker, hardTimeout.Seconds())
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
+	if err == nil && commit != "" {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&g.OperationID, &g.Deadline)
 	}
@@ -347,6 +444,16 @@ func (s *Store) StartActing(ctx context.Context, tenant, key string, token int64
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ActGrant{}, s.refusal(ctx, tenant, key, token, h, true)
+	}
+	if unknownCommit(err) {
+		g, found, serr := s.settleActing(ctx, tenant, key, token, h)
+		switch {
+		case serr != nil:
+			return ActGrant{}, fmt.Errorf("claim: start acting %s: %w", key, serr)
+		case !found:
+			return ActGrant{}, fmt.Errorf("claim: start acting %s: %w (%v)", key, ErrCommitLost, err)
+		}
+		return g, nil
 	}
 	if err != nil {
 		return ActGrant{}, fmt.Errorf("claim: start acting %s: %w", key, err)
@@ -359,15 +466,15 @@ func (s *Store) refusal(ctx context.Context, tenant, key string, token int64, h 
 	var state State
 	var tok int64
 	var agent, worker string
-	var expired, paused, capped bool
+	var expired, paused, held, capped bool
 	err := db.TenantRow(ctx, s.pool, tenant, `
 		SELECT c.state, c.token, c.holder_agent::text, c.holder_worker, c.lease_expires_at <= clock_timestamp(),
-		       (SELECT paused FROM fleet_switches) OR t.paused,
+		       (SELECT paused FROM fleet_switches) OR t.paused, NOT `+durableOK+`,
 		       t.daily_booking_cap IS NOT NULL AND (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
 		           AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= `+dayStart+`) >= t.daily_booking_cap
 		FROM claims c JOIN tenants t ON t.id = c.tenant_id
 		WHERE c.tenant_id = $1 AND c.target_job_key = $2`, tenant, key).
-		Scan(&state, &tok, &agent, &worker, &expired, &paused, &capped)
+		Scan(&state, &tok, &agent, &worker, &expired, &paused, &held, &capped)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return &Refusal{Reason: ReasonMissing}
@@ -381,6 +488,8 @@ func (s *Store) refusal(ctx context.Context, tenant, key string, token int64, h 
 		return &Refusal{Reason: ReasonWrongState, State: state}
 	case checkLease && paused:
 		return &Refusal{Reason: ReasonPaused, State: state}
+	case checkLease && held:
+		return &Refusal{Reason: ReasonNotDurable, State: state}
 	case checkLease && expired:
 		return &Refusal{Reason: ReasonExpired, State: state}
 	case checkLease && capped:

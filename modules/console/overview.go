@@ -15,6 +15,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/claim/latency"
+	"github.com/fleetwright/fleetwright/modules/durability"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
@@ -120,7 +121,12 @@ type Overview struct {
 	Retention  RetentionFigure
 	// System says the user sees system figures (cells, system alarms).
 	System bool
-	Errs   []string
+	// Hold is why new leases and actions are held — the database cluster
+	// cannot promise that a commit is on two nodes — or "" (every user
+	// sees it: every tenant's claiming stopped); HeldSince when it began.
+	Hold      string
+	HeldSince *time.Time
+	Errs      []string
 }
 
 // CellFigure is a cell and its state.
@@ -141,6 +147,11 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 		now = src.Clock.Now()
 	}
 	o := Overview{At: now, System: system}
+	if reason, since, err := durability.Hold(ctx, src.DB); err != nil {
+		o.Errs = append(o.Errs, "durability hold")
+	} else {
+		o.Hold, o.HeldSince = reason, since
+	}
 	var all []claim.Claim
 	kinds := map[string]*fleet.KindCount{}
 	alarms := map[[2]string]int{}

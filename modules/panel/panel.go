@@ -44,6 +44,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/durability"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
 	"github.com/fleetwright/fleetwright/modules/health"
@@ -64,6 +65,15 @@ type Config struct {
 	// DatabaseAppURL is the application role's URL, used for everything else.
 	DatabaseAppURL string
 	RedisURL       string
+	// RedisSentinels and RedisMaster name the default cell's Redis as a
+	// master watched by Sentinels (instead of RedisURL).
+	RedisSentinels []string
+	RedisMaster    string
+	// DatabaseReplication is "none" (one Postgres, the default) or "sync":
+	// the cluster must promise that every commit is on a synchronous standby
+	// too, checked at start and on every health interval; while it does not,
+	// new leases and actions stop (docs/DEPLOY.md, "High availability").
+	DatabaseReplication string
 	// RedisPasswordFile holds the password of --redis-url's server (a
 	// compose or systemd secret), so it is in no URL, environment or
 	// process listing.
@@ -122,6 +132,12 @@ func (c *Config) Register(s *config.Set) {
 		"Postgres URL of the application role (neither owner, superuser nor BYPASSRLS); required with --database-url", panel)
 	s.String(&c.RedisURL, "redis-url", "FLEET_REDIS_URL", "",
 		"Redis URL of the default cell; empty runs an embedded redis-server under --data-dir", panel)
+	s.List(&c.RedisSentinels, "redis-sentinels", "FLEET_REDIS_SENTINELS",
+		"the default cell's Redis Sentinels (host:port, comma-separated), with --redis-master; instead of --redis-url", panel)
+	s.String(&c.RedisMaster, "redis-master", "FLEET_REDIS_MASTER", "",
+		"the master name the --redis-sentinels watch (their `sentinel monitor` name)", panel)
+	s.Enum(&c.DatabaseReplication, "database-replication", "FLEET_DATABASE_REPLICATION", "none", []string{"none", "sync"},
+		"none: one Postgres; sync: a cluster (Patroni in synchronous_mode) that must keep a synchronous standby — without one, new leases and actions stop and a critical alarm is raised", panel)
 	s.String(&c.RedisPasswordFile, "redis-password-file", "FLEET_REDIS_PASSWORD_FILE", "",
 		"file holding the password of --redis-url's server (a compose or systemd secret); it then stays out of URLs and the environment", panel)
 	s.Int(&c.DBMaxConns, "db-max-conns", "FLEET_DB_MAX_CONNS", 64,
@@ -172,6 +188,15 @@ func (c *Config) Validate() error {
 	}
 	if c.DatabaseURL == "" && c.DatabaseAppURL != "" {
 		return errors.New("panel: --database-app-url is only used with --database-url (FLEET_DATABASE_URL)")
+	}
+	if (len(c.RedisSentinels) > 0) != (c.RedisMaster != "") {
+		return errors.New("panel: --redis-sentinels (FLEET_REDIS_SENTINELS) and --redis-master (FLEET_REDIS_MASTER) go together: the Sentinels' addresses and the master name they watch")
+	}
+	if len(c.RedisSentinels) > 0 && c.RedisURL != "" {
+		return errors.New("panel: give the default cell's Redis either as --redis-url or as --redis-sentinels with --redis-master, not both")
+	}
+	if c.DatabaseReplication == "sync" && c.DatabaseURL == "" {
+		return errors.New("panel: --database-replication=sync needs --database-url: the embedded Postgres is one node (leave it at none)")
 	}
 	if c.Drain < 0 {
 		return fmt.Errorf("panel: --drain must not be negative, got %s", c.Drain)
@@ -284,7 +309,11 @@ type Panel struct {
 	// Crawl is the crawler's jobs and runs; CrawlRunner executes runs.
 	Crawl       *crawl.Service
 	CrawlRunner *crawl.Runner
-	srv         *server.Server
+	// Durability is the cluster's durability check (nil unless
+	// --database-replication=sync); durPool is its own small pool.
+	Durability *durability.Watcher
+	durPool    *pgxpool.Pool
+	srv        *server.Server
 	// embedded counts the supervised embedded services' restarts.
 	embedded *embedded.Metrics
 	// supervised names the embedded services this panel supervises.
@@ -402,6 +431,11 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	}
 	p.appURL = appURL
 	redisURL := cfg.RedisURL
+	if len(cfg.RedisSentinels) > 0 {
+		if redisURL, err = cell.SentinelURL(cfg.RedisMaster, cfg.RedisSentinels); err != nil {
+			return fmt.Errorf("panel: --redis-sentinels: %w", err)
+		}
+	}
 	if redisURL != "" && cfg.RedisPasswordFile != "" {
 		if redisURL, err = withRedisPassword(redisURL, cfg.RedisPasswordFile); err != nil {
 			return err
@@ -419,7 +453,11 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	if err := migrate(ctx, ownerURL, appURL, cfg.Version, log); err != nil {
 		return err
 	}
-	if p.DB, err = db.Open(ctx, appURL, int32(cfg.DBMaxConns)); err != nil {
+	var tune []func(*pgxpool.Config)
+	if cfg.DatabaseReplication == "sync" {
+		tune = append(tune, p.commitModeHook)
+	}
+	if p.DB, err = db.Open(ctx, appURL, int32(cfg.DBMaxConns), tune...); err != nil {
 		return err
 	}
 	if err := db.CheckAppRole(ctx, p.DB); err != nil {
@@ -431,12 +469,16 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	for _, svc := range p.supervised {
 		p.resolveEmbedded(svc)
 	}
-	ropts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return errors.New("panel: malformed Redis URL (check FLEET_REDIS_URL)")
+	if p.Redis, err = cell.OpenRedis(redisURL, cell.Tuning{}); err != nil {
+		return fmt.Errorf("panel: the default cell's Redis (FLEET_REDIS_URL or FLEET_REDIS_SENTINELS): %w", err)
 	}
-	logging.RegisterSecret(ropts.Password)
-	p.Redis = redis.NewClient(ropts)
+	// A master name no Sentinel knows is a configuration error: the panel
+	// says so rather than start a cell that can never claim.
+	if err := cell.CheckSentinels(ctx, redisURL); errors.Is(err, cell.ErrUnknownMaster) {
+		return fmt.Errorf("panel: %w", err)
+	} else if err != nil {
+		log.Warn("the default cell's Sentinels do not answer yet; the cell is failing until they do", "err", err)
+	}
 
 	p.Health = server.NewHealth(p.Reg)
 	server.RegisterBuildInfo(p.Reg, cfg.Version)
@@ -488,6 +530,11 @@ func (p *Panel) startJobs(ctx context.Context) (err error) {
 	// client is attached once it exists.
 	if p.Claims, err = claim.NewEngine(claim.NewStore(p.DB, nil), claim.Config{Log: log, Registerer: p.Reg}); err != nil {
 		return err
+	}
+	if cfg.DatabaseReplication == "sync" {
+		if err := p.startDurability(ctx, p.appURL); err != nil {
+			return err
+		}
 	}
 	p.Reg.MustRegister(alarm.Collector(p.DB, log.With("component", "alarm")), server.DiskCollector(cfg.DataDir))
 	limit.Metrics(p.Reg)
@@ -780,6 +827,12 @@ func (p *Panel) Stop() {
 		if err := p.River.Stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			p.log.Warn("river stop", "err", err)
 		}
+	}
+	if p.Durability != nil {
+		p.Durability.Stop()
+	}
+	if p.durPool != nil {
+		p.durPool.Close()
 	}
 	if p.Redis != nil {
 		_ = p.Redis.Close()

@@ -65,6 +65,7 @@ func Mount(r chi.Router, d Deps) {
 	post("/t/{tenant}/claims/filters/delete", auth.FleetSteer, w.deleteFilter)
 	post("/t/{tenant}/claims/reviews", auth.FleetSteer, w.decide)
 	post("/t/{tenant}/claims/platforms", auth.SettingsManage, w.platformKeys)
+	post("/t/{tenant}/claims/durability", auth.SettingsManage, w.singleNode)
 	post("/t/{tenant}/claims/dispatch", auth.SettingsManage, w.dispatchModeForm)
 
 	get("/admin/cells", auth.CellsManage, w.cellsPage)
@@ -289,6 +290,8 @@ type settingsModel struct {
 	// change that (settings.manage).
 	Platforms []claim.PlatformSetting
 	CanAdmin  bool
+	// Durability is the tenant's single-node setting and the hold.
+	Durability claim.Durability
 	// OldAgents: connected agents before protocol v4 (assign mode cannot
 	// grant them a job).
 	OldAgents int
@@ -325,11 +328,22 @@ func (w *web) loadSettings(r *http.Request) (settingsModel, error) {
 		return m, err
 	}
 	m.CanAdmin = auth.UserFrom(ctx).Has(auth.SettingsManage)
+	if m.Durability, err = w.Engine.Store().Durability(ctx, at.ID); err != nil {
+		return m, err
+	}
 	if m.OldAgents, err = w.Engine.Store().OldProtocolAgents(ctx, at.ID); err != nil {
 		return m, err
 	}
 	m.Audit, err = w.Engine.Store().SettingsLog(ctx, at.ID, 20)
 	return m, err
+}
+
+// heldSince is " since <time>" for a hold, or "".
+func heldSince(m settingsModel) string {
+	if m.Durability.HeldSince == nil {
+		return ""
+	}
+	return " since " + fmtTime(m.Durability.HeldSince)
 }
 
 func (w *web) settingsPage(rw http.ResponseWriter, r *http.Request) {
