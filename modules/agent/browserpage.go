@@ -158,7 +158,7 @@ func (ps *pageSession) signIn(ctx context.Context, why string) error {
 	var last error
 	for i := 0; i < tries; i++ {
 		var codes *platform.TOTP
-		cs, gen, fresh, err := ps.env.Sessions.Login(ctx, ps.gen, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
+		cs, gen, fresh, err := ps.env.Sessions.Login(ctx, ps.gen, ps.env.Account.BoardURL, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
 			codes = ps.env.codes(creds)
 			if err := bside.Login(ctx, ps.page, creds, codes); err != nil {
 				return nil, err
@@ -182,6 +182,14 @@ func (ps *pageSession) signIn(ctx context.Context, why string) error {
 			}
 		}
 		last = err
+		if errors.Is(err, wire.ErrOriginNotBound) {
+			// Nothing was sent; only a person (or the panel) can fix it.
+			if err := ps.env.credentialsNotSent(ctx, err); err != nil {
+				return err
+			}
+			i = -1 // new credentials: a fresh round of tries
+			continue
+		}
 		if ctx.Err() != nil || errors.Is(err, platform.ErrCredentials) {
 			break
 		}

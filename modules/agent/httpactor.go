@@ -112,7 +112,7 @@ func (a *httpActor) signIn(ctx context.Context, why string) error {
 	var last error
 	for i := 0; i < tries; i++ {
 		var codes *platform.TOTP
-		cs, gen, fresh, err := a.env.Sessions.Login(ctx, a.gen, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
+		cs, gen, fresh, err := a.env.Sessions.Login(ctx, a.gen, a.env.Account.BoardURL, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
 			codes = a.env.codes(creds)
 			if err := a.sess.Login(ctx, creds, codes); err != nil {
 				return nil, err
@@ -138,6 +138,14 @@ func (a *httpActor) signIn(ctx context.Context, why string) error {
 			continue
 		}
 		last = err
+		if errors.Is(err, wire.ErrOriginNotBound) {
+			// Nothing was sent; only a person (or the panel) can fix it.
+			if a.env.credentialsNotSent(ctx, err) != nil {
+				return nil // stopping
+			}
+			i = -1 // new credentials: a fresh round of tries
+			continue
+		}
 		if ctx.Err() != nil || errors.Is(err, platform.ErrCredentials) {
 			break
 		}

@@ -121,6 +121,24 @@ func (env WorkerEnv) signedIn(codes *platform.TOTP, why string) {
 		map[string]string{"waited_for_next_code": strconv.FormatBool(codes != nil && codes.Waits > 0)})
 }
 
+// credentialsNotSent reports that the worker refused to send the account's
+// credentials to its board (their origin is not one the panel sealed them
+// for, or the panel named none) and waits until new credentials are stored
+// (nil: try again) or the worker stops (ctx's error). Nothing is sent
+// meanwhile. The event's message names both origins, never a secret.
+func (env WorkerEnv) credentialsNotSent(ctx context.Context, why error) error {
+	changed := env.Sessions.Changed()
+	env.Log.Error("agent: the account's credentials are not sent to this board", "board", wire.Origin(env.Account.BoardURL), "err", why)
+	env.event(wire.LevelError, "credentials_not_sent", "not signing in: "+why.Error(),
+		map[string]string{"board": wire.Origin(env.Account.BoardURL)})
+	select {
+	case <-changed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // needsPerson reports a captcha and parks the worker until a person
 // restarts it (restart_worker) or the agent stops. Nothing tries to solve it.
 func (env WorkerEnv) needsPerson(ctx context.Context, detail string, screenshot string) error {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/platform/spec"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // Adapter is one platform described by a spec, at one base URL.
@@ -583,10 +584,31 @@ func (s *session) get(ctx context.Context, what string, r *request, d data, u *u
 
 // Login implements platform.Session: the spec's sign-in steps in order.
 func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *platform.TOTP) error {
+	name := s.a.s.Name
+	if err := creds.CheckOrigin(s.a.base.String()); err != nil {
+		return fmt.Errorf("engine: %s: sign in: %w", name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(s.a.steps)+1)*s.timeout+2*platform.Step)
 	defer cancel()
 	s.tr.CloseIdle()
-	name := s.a.s.Name
+	// Each step and each redirect it follows goes only to an origin the
+	// credentials were sealed for (besides being one of the platform's).
+	signIn := func(hc *http.Client) *http.Client {
+		c := *hc
+		next := c.CheckRedirect
+		c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if next != nil {
+				if err := next(req, via); err != nil {
+					return err // a step that follows none, or a hop off the platform
+				}
+			}
+			if err := creds.CheckOrigin(req.URL.String()); err != nil {
+				return fmt.Errorf("engine: redirect: %w", err)
+			}
+			return nil
+		}
+		return &c
+	}
 	vars := map[string]string{}
 	for _, st := range s.a.steps {
 		code := ""
@@ -606,11 +628,17 @@ func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *
 			if err != nil {
 				return fmt.Errorf("engine: %s: sign-in step %s: %w", name, st.name, err)
 			}
+			if err := creds.CheckOrigin(req.URL.String()); err != nil {
+				return fmt.Errorf("engine: %s: sign-in step %s: %w", name, st.name, err)
+			}
 			hc := s.hc
 			if !st.follow {
 				hc = s.once
 			}
-			a, err := s.read(hc, req, 4<<20)
+			a, err := s.read(signIn(hc), req, 4<<20)
+			if errors.Is(err, wire.ErrOriginNotBound) {
+				return fmt.Errorf("engine: %s: sign-in step %s: %w", name, st.name, err)
+			}
 			if err != nil {
 				return fmt.Errorf("%w: sign-in step %s: %v", platform.ErrUnavailable, st.name, shortErr(err))
 			}
