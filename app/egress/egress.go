@@ -45,6 +45,12 @@ type Policy struct {
 	// tenant's allowlist: 127.0.0.0/8:8081 opens that port of loopback,
 	// not every loopback service).
 	Entries []Entry
+	// Only, when set, are the only targets dialled (host:port; see
+	// OnlyTargets): an account's board and nothing else. Such a target is
+	// an admin's configuration, not data, so it is dialled on whatever
+	// address it resolves to; any other target is refused before a DNS
+	// query, whatever its address.
+	Only []string
 }
 
 // Entry is one allowlist entry: a range and the ports it opens (none

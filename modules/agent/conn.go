@@ -340,6 +340,13 @@ func (a *agent) takeCredentials(ctx context.Context, agentID string, plain wire.
 			plain.Origins = append(plain.Origins, o)
 		}
 	}
+	if old, ok, err := a.store.Credentials(ctx); err == nil && ok && !slices.Equal(old.Origins, plain.Origins) {
+		// The session cookies belong to the board the old credentials were
+		// sealed for: they never go to another.
+		if err := a.store.SaveCookies(ctx, nil); err != nil {
+			return fmt.Errorf("agent: could not drop the old board's session cookies: %w", err)
+		}
+	}
 	if err := a.store.SaveCredentials(ctx, plain, a.cfg.Clock.Now()); err != nil {
 		return fmt.Errorf("agent: could not store the new credentials: %w", err)
 	}

@@ -19,15 +19,19 @@ import (
 // deadline is checked by the transport right before the request's bytes
 // are written.
 func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
-	ad, err := env.adapter()
+	ad, guard, err := env.adapter(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	tr, err := env.traits()
 	if err != nil {
 		return err
 	}
-	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Clock: env.Clock, Admit: env.Budget.admit})
+	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Clock: env.Clock, Admit: env.Budget.admit,
+		Dial: guard.DialContext})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

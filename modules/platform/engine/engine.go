@@ -325,6 +325,16 @@ func (a *Adapter) SetAdmit(admit func(*http.Request) error) {
 	a.kmu.Unlock()
 }
 
+var _ platform.Guarded = (*Adapter)(nil)
+
+// SetDial implements platform.Guarded: the idempotency status read dials
+// through dial (the agent's egress guard).
+func (a *Adapter) SetDial(dial platform.DialFunc) {
+	a.kmu.Lock()
+	a.keysHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, Proxy: nil}}
+	a.kmu.Unlock()
+}
+
 // HonoursIdempotencyKeys implements platform.KeyPolicy: stated in the spec,
 // or read from the platform's endpoint (cached as the spec says).
 func (a *Adapter) HonoursIdempotencyKeys(ctx context.Context) (bool, error) {
@@ -387,7 +397,7 @@ func (a *Adapter) NewSession(opts platform.SessionOptions) (platform.Session, er
 	if to <= 0 {
 		to = 15 * time.Second
 	}
-	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit}
+	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit, Dial: opts.Dial}
 	s := &session{a: a, tr: tr, opts: opts, timeout: to, jar: jar, base: a.base.String(), vars: map[string]string{}, seen: map[string]struct{}{}}
 	s.hc = &http.Client{Jar: jar, Transport: tr, CheckRedirect: s.redirect}
 	s.once = &http.Client{Jar: jar, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

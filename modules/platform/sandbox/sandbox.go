@@ -35,6 +35,19 @@ type Adapter struct {
 	keysAt time.Time
 	// admit is the account's request budget (SetAdmit; nil: none).
 	admit func(*http.Request) error
+	// hc sends the adapter's own requests (SetDial: through the agent's
+	// egress guard).
+	hc *http.Client
+}
+
+var _ platform.Guarded = (*Adapter)(nil)
+
+// SetDial implements platform.Guarded: the status read dials through dial.
+func (a *Adapter) SetDial(dial platform.DialFunc) {
+	a.kmu.Lock()
+	a.hc = &http.Client{Transport: &http.Transport{DialContext: dial, Proxy: nil},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	a.kmu.Unlock()
 }
 
 var _ platform.Metered = (*Adapter)(nil)
@@ -74,7 +87,11 @@ func (a *Adapter) HonoursIdempotencyKeys(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("%w: GET /api/platform: %w", platform.ErrUnavailable, err)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := a.hc
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("%w: GET /api/platform: %v", platform.ErrUnavailable, err)
 	}
@@ -121,7 +138,7 @@ func (a *Adapter) NewSession(opts platform.SessionOptions) (platform.Session, er
 	if to <= 0 {
 		to = 15 * time.Second
 	}
-	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit}
+	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit, Dial: opts.Dial}
 	s := &session{a: a, tr: tr, opts: opts, timeout: to,
 		hc: &http.Client{Jar: jar, Transport: tr}}
 	return s, nil
