@@ -197,7 +197,7 @@ func (ps *pageSession) signIn(ctx context.Context, why string) error {
 			}
 		}
 		last = err
-		if errors.Is(err, wire.ErrOriginNotBound) {
+		if errors.Is(err, errBoardNotBound) {
 			// Nothing was sent; only a person (or the panel) can fix it.
 			if err := ps.env.credentialsNotSent(ctx, err); err != nil {
 				return err

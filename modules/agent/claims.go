@@ -551,7 +551,7 @@ func (s *Sessions) Login(ctx context.Context, have int, board string, login func
 		return nil, 0, false, errors.New("agent: no platform credentials yet (the panel sends them in welcome)")
 	}
 	if err := creds.CheckOrigin(board); err != nil {
-		return nil, 0, false, fmt.Errorf("agent: sign in: %w", err)
+		return nil, 0, false, fmt.Errorf("%w: %w", errBoardNotBound, err)
 	}
 	// A sign-in is several requests to the platform: it waits for the
 	// account's request budget rather than failing halfway.
@@ -571,6 +571,11 @@ func (s *Sessions) Login(ctx context.Context, have int, board string, login func
 	s.mu.Unlock()
 	return cs, g, true, nil
 }
+
+// errBoardNotBound: the worker's board is not one the credentials were
+// sealed for (a configuration only a person or the panel can fix), as
+// opposed to an adapter refusing a redirect mid-sign-in (a failed try).
+var errBoardNotBound = errors.New("agent: sign in")
 
 // lookFunc reads one page of the client's bookings from a cursor through a
 // worker's signed-in session.

@@ -142,7 +142,7 @@ func (a *httpActor) signIn(ctx context.Context, why string) error {
 			continue
 		}
 		last = err
-		if errors.Is(err, wire.ErrOriginNotBound) {
+		if errors.Is(err, errBoardNotBound) {
 			// Nothing was sent; only a person (or the panel) can fix it.
 			if a.env.credentialsNotSent(ctx, err) != nil {
 				return nil // stopping
