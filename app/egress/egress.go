@@ -2,7 +2,9 @@
 // goes through: crawl jobs, pages the assistant visits, links, redirects and
 // webhook URLs. Endpoints an operator set by flag or configuration file (the
 // panel URL, an account's board, the model endpoint, an SMTP relay, an
-// upstream proxy) are not data and are dialled directly.
+// upstream proxy) are not data and are dialled directly; a guard whose
+// Policy.Only names an account's board dials that board and nothing else
+// (the agents' board traffic).
 //
 // The check runs at dial time on the address actually dialled: the guard
 // resolves the name itself, checks every answer, and connects to the checked
