@@ -2,7 +2,9 @@
 // goes through: crawl jobs, pages the assistant visits, links, redirects and
 // webhook URLs. Endpoints an operator set by flag or configuration file (the
 // panel URL, an account's board, the model endpoint, an SMTP relay, an
-// upstream proxy) are not data and are dialled directly.
+// upstream proxy) are not data and are dialled directly; a guard whose
+// Policy.Only names an account's board dials that board and nothing else
+// (the agents' board traffic).
 //
 // The check runs at dial time on the address actually dialled: the guard
 // resolves the name itself, checks every answer, and connects to the checked
@@ -45,6 +47,12 @@ type Policy struct {
 	// tenant's allowlist: 127.0.0.0/8:8081 opens that port of loopback,
 	// not every loopback service).
 	Entries []Entry
+	// Only, when set, are the only targets dialled (host:port; see
+	// OnlyTargets): an account's board and nothing else. Such a target is
+	// an admin's configuration, not data, so it is dialled on whatever
+	// address it resolves to; any other target is refused before a DNS
+	// query, whatever its address.
+	Only []string
 }
 
 // Entry is one allowlist entry: a range and the ports it opens (none

@@ -121,6 +121,11 @@ func (g *Guard) control(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return &Refusal{Target: address, Reason: "unparsable socket address"}
 	}
+	if len(g.policy.Only) > 0 {
+		// Check admitted the name, not a range: the address it resolved
+		// to is what is dialled (checkOnly).
+		return nil
+	}
 	return g.policy.CheckAddr(address, ap.Addr(), int(ap.Port()))
 }
 
@@ -224,6 +229,9 @@ func (g *Guard) Check(ctx context.Context, network, target string) ([]netip.Addr
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > 65535 {
 		return nil, g.refuse(&Refusal{Target: target, Reason: fmt.Sprintf("port %q is not a number from 1 to 65535", portStr)})
+	}
+	if len(g.policy.Only) > 0 {
+		return g.checkOnly(ctx, network, target, host, port)
 	}
 	if a, ok, err := ParseHost(host); err != nil {
 		return nil, g.refuse(&Refusal{Target: target, Reason: strings.TrimPrefix(err.Error(), "egress: ")})

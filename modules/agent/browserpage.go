@@ -14,6 +14,7 @@ import (
 	"github.com/go-rod/rod/lib/proto"
 
 	"github.com/fleetwright/fleetwright/app/browser"
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -35,6 +36,8 @@ type pageSession struct {
 	lookups atomic.Int32
 	// timed stops counting the browser's open seconds.
 	timed func()
+	// proxy is the browser's guard proxy (the board's origins only).
+	proxy *egress.Proxy
 }
 
 // BrowserOptions are the Chromium options of an account's traits.
@@ -58,7 +61,7 @@ func BrowserOptions(env WorkerEnv) (browser.Options, error) {
 // openPage takes a browser slot (waiting for one), launches Chromium and
 // opens the page.
 func openPage(ctx context.Context, env WorkerEnv) (*pageSession, error) {
-	ad, err := env.adapter()
+	ad, guard, err := env.adapter(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -66,12 +69,20 @@ func openPage(ctx context.Context, env WorkerEnv) (*pageSession, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Chromium's only way out is the guard proxy, which dials the
+	// platform's origins and nothing else (loopback included).
+	gp, err := guard.ListenProxy("127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	opts.ExtraFlags = append(opts.ExtraFlags, gp.ChromiumFlags()...)
 	select {
 	case env.Browsers <- struct{}{}:
 	case <-ctx.Done():
+		_ = gp.Close()
 		return nil, ctx.Err()
 	}
-	ps := &pageSession{env: env, ad: ad, slot: true, w: float64(opts.Width), h: float64(opts.Height)}
+	ps := &pageSession{env: env, ad: ad, slot: true, proxy: gp, w: float64(opts.Width), h: float64(opts.Height)}
 	if ps.w <= 0 || ps.h <= 0 {
 		ps.w, ps.h = 1280, 800
 	}
@@ -91,6 +102,10 @@ func (ps *pageSession) close() {
 	if ps.br != nil {
 		_ = ps.br.Close()
 		ps.br = nil
+	}
+	if ps.proxy != nil {
+		_ = ps.proxy.Close()
+		ps.proxy = nil
 	}
 	if ps.timed != nil {
 		ps.timed()
@@ -158,7 +173,7 @@ func (ps *pageSession) signIn(ctx context.Context, why string) error {
 	var last error
 	for i := 0; i < tries; i++ {
 		var codes *platform.TOTP
-		cs, gen, fresh, err := ps.env.Sessions.Login(ctx, ps.gen, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
+		cs, gen, fresh, err := ps.env.Sessions.Login(ctx, ps.gen, ps.env.Account.BoardURL, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
 			codes = ps.env.codes(creds)
 			if err := bside.Login(ctx, ps.page, creds, codes); err != nil {
 				return nil, err
@@ -182,6 +197,14 @@ func (ps *pageSession) signIn(ctx context.Context, why string) error {
 			}
 		}
 		last = err
+		if errors.Is(err, errBoardNotBound) {
+			// Nothing was sent; only a person (or the panel) can fix it.
+			if err := ps.env.credentialsNotSent(ctx, err); err != nil {
+				return err
+			}
+			i = -1 // new credentials: a fresh round of tries
+			continue
+		}
 		if ctx.Err() != nil || errors.Is(err, platform.ErrCredentials) {
 			break
 		}

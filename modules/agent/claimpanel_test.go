@@ -97,7 +97,7 @@ func newClaimPanel(t *testing.T, boardURL string, creds wire.Credentials, worker
 	require.NoError(t, err)
 	p.welcome = wire.Welcome{AgentID: p.agentID, InstallationID: "inst-test",
 		Config:      wire.Config{Account: wire.Account{Key: "acme-1", Region: "us-central", BoardURL: boardURL}, Workers: workers},
-		Credentials: creds}
+		Credentials: creds, CredentialOrigins: []string{boardURL}}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
 	return p

@@ -492,10 +492,26 @@ type Sessions struct {
 	mu      sync.Mutex
 	gen     int // bumped on every stored login
 	looking map[string]lookFunc
+	changed chan struct{} // closed (and replaced) when new credentials are stored
 }
 
 func newSessions(a *agent) *Sessions {
-	return &Sessions{a: a, looking: map[string]lookFunc{}}
+	return &Sessions{a: a, looking: map[string]lookFunc{}, changed: make(chan struct{})}
+}
+
+// credentialsChanged wakes the workers that wait for new credentials.
+func (s *Sessions) credentialsChanged() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Changed is closed when credentials are next stored.
+func (s *Sessions) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // Generation is the number of the last stored login.
@@ -510,7 +526,12 @@ func (s *Sessions) Generation() int {
 // cookies are returned for the worker to adopt (fresh=false); otherwise
 // login runs (with the lock held) and what it returns is stored
 // (fresh=true). The worker reports a fresh login as an event.
-func (s *Sessions) Login(ctx context.Context, have int, login func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error)) (cookies []store.Cookie, gen int, fresh bool, err error) {
+//
+// board is where login sends the credentials (the worker's board URL):
+// unless its origin is one the panel sealed the credentials for, nothing
+// is sent and the error wraps wire.ErrOriginNotBound, whatever the
+// configuration says.
+func (s *Sessions) Login(ctx context.Context, have int, board string, login func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error)) (cookies []store.Cookie, gen int, fresh bool, err error) {
 	s.login.Lock()
 	defer s.login.Unlock()
 	s.mu.Lock()
@@ -528,6 +549,9 @@ func (s *Sessions) Login(ctx context.Context, have int, login func(ctx context.C
 	}
 	if !ok {
 		return nil, 0, false, errors.New("agent: no platform credentials yet (the panel sends them in welcome)")
+	}
+	if err := creds.CheckOrigin(board); err != nil {
+		return nil, 0, false, fmt.Errorf("%w: %w", errBoardNotBound, err)
 	}
 	// A sign-in is several requests to the platform: it waits for the
 	// account's request budget rather than failing halfway.
@@ -547,6 +571,11 @@ func (s *Sessions) Login(ctx context.Context, have int, login func(ctx context.C
 	s.mu.Unlock()
 	return cs, g, true, nil
 }
+
+// errBoardNotBound: the worker's board is not one the credentials were
+// sealed for (a configuration only a person or the panel can fix), as
+// opposed to an adapter refusing a redirect mid-sign-in (a failed try).
+var errBoardNotBound = errors.New("agent: sign in")
 
 // lookFunc reads one page of the client's bookings from a cursor through a
 // worker's signed-in session.

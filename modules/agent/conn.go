@@ -293,7 +293,7 @@ func (a *agent) welcomed(ctx, workersCtx context.Context, w wire.Welcome) error 
 	if err := a.store.SetWelcomed(ctx, w.InstallationID, w.AgentID); err != nil {
 		return fmt.Errorf("agent: record welcome: %w", err)
 	}
-	if err := a.takeCredentials(ctx, w.AgentID, w.Credentials, w.SealedCredentials, w.CredentialsWithheld); err != nil {
+	if err := a.takeCredentials(ctx, w.AgentID, w.Credentials, w.SealedCredentials, w.CredentialsWithheld, w.CredentialOrigins); err != nil {
 		// Not fatal: the agent keeps the credentials it has, and its
 		// workers say so if they have none.
 		a.log.Error("agent: no credentials from this welcome", "err", err)
@@ -313,8 +313,11 @@ var withheldAdvice = map[string]string{
 
 // takeCredentials stores credentials from a welcome or a rotate_credentials
 // command: sealed to this installation's key (protocol v4), or in the clear
-// from a panel before v4. A withheld answer keeps the stored credentials.
-func (a *agent) takeCredentials(ctx context.Context, agentID string, plain wire.Credentials, sealed *wire.SealedCredentials, withheld string) error {
+// from a panel before v4, with the origins the panel sealed them for
+// (protocol v5). Credentials from a panel that names no origin are stored
+// bound to none: they are sent nowhere (Sessions.Login says why). A
+// withheld answer keeps the stored credentials.
+func (a *agent) takeCredentials(ctx context.Context, agentID string, plain wire.Credentials, sealed *wire.SealedCredentials, withheld string, origins []string) error {
 	switch {
 	case withheld != "":
 		advice := withheldAdvice[withheld]
@@ -331,8 +334,25 @@ func (a *agent) takeCredentials(ctx context.Context, agentID string, plain wire.
 	case plain.Username == "" && plain.Password.IsZero():
 		return nil // nothing sent (a panel before v4 with nothing to give)
 	}
+	plain.Origins = nil
+	for _, o := range origins {
+		if o = wire.Origin(o); o != "" {
+			plain.Origins = append(plain.Origins, o)
+		}
+	}
+	if old, ok, err := a.store.Credentials(ctx); err == nil && ok && !slices.Equal(old.Origins, plain.Origins) {
+		// The session cookies belong to the board the old credentials were
+		// sealed for: they never go to another.
+		if err := a.store.SaveCookies(ctx, nil); err != nil {
+			return fmt.Errorf("agent: could not drop the old board's session cookies: %w", err)
+		}
+	}
 	if err := a.store.SaveCredentials(ctx, plain, a.cfg.Clock.Now()); err != nil {
 		return fmt.Errorf("agent: could not store the new credentials: %w", err)
+	}
+	a.sessions.credentialsChanged()
+	if len(plain.Origins) == 0 {
+		a.log.Warn("agent: the panel did not say which board the credentials were sealed for (a panel before protocol v5): they are not sent to any board until it does; upgrade the panel")
 	}
 	return nil
 }

@@ -19,15 +19,19 @@ import (
 // deadline is checked by the transport right before the request's bytes
 // are written.
 func runHTTPActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
-	ad, err := env.adapter()
+	ad, guard, err := env.adapter(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	tr, err := env.traits()
 	if err != nil {
 		return err
 	}
-	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Clock: env.Clock, Admit: env.Budget.admit})
+	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr, Clock: env.Clock, Admit: env.Budget.admit,
+		Dial: guard.DialContext})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -112,7 +116,7 @@ func (a *httpActor) signIn(ctx context.Context, why string) error {
 	var last error
 	for i := 0; i < tries; i++ {
 		var codes *platform.TOTP
-		cs, gen, fresh, err := a.env.Sessions.Login(ctx, a.gen, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
+		cs, gen, fresh, err := a.env.Sessions.Login(ctx, a.gen, a.env.Account.BoardURL, func(ctx context.Context, creds platform.Credentials) ([]store.Cookie, error) {
 			codes = a.env.codes(creds)
 			if err := a.sess.Login(ctx, creds, codes); err != nil {
 				return nil, err
@@ -138,6 +142,14 @@ func (a *httpActor) signIn(ctx context.Context, why string) error {
 			continue
 		}
 		last = err
+		if errors.Is(err, errBoardNotBound) {
+			// Nothing was sent; only a person (or the panel) can fix it.
+			if a.env.credentialsNotSent(ctx, err) != nil {
+				return nil // stopping
+			}
+			i = -1 // new credentials: a fresh round of tries
+			continue
+		}
 		if ctx.Err() != nil || errors.Is(err, platform.ErrCredentials) {
 			break
 		}

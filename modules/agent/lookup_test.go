@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -39,7 +41,22 @@ func lookupPanel(t *testing.T, maxVer, n int) (*board.Server, *claimPanel, []*bo
 		_, err := s.InjectBooking(ctx, "acme-1", l.ID)
 		require.NoError(t, err)
 	}
-	runAgent(t, p, "")
+	stateDir := ""
+	if maxVer < wire.V5 {
+		// A panel before v5 cannot say which board credentials belong to,
+		// so the agent sends none it delivers: this one holds credentials a
+		// v5 panel delivered earlier, bound to the board, and the old
+		// panel's welcome carries none.
+		stateDir = filepath.Join(t.TempDir(), "state")
+		st, err := store.Open(ctx, stateDir)
+		require.NoError(t, err)
+		bound := creds
+		bound.Origins = []string{s.URL()}
+		require.NoError(t, st.SaveCredentials(ctx, bound, time.Now()))
+		require.NoError(t, st.Close())
+		p.welcome.Credentials = wire.Credentials{}
+	}
+	runAgent(t, p, stateDir)
 	p.waitConnected(t)
 	p.event(t, "session_refreshed", 20*time.Second)
 	return s, p, loads

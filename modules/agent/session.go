@@ -250,7 +250,7 @@ func (s *session) handle(ctx, workersCtx context.Context, r received) (done bool
 				Message: "restarted by a person from the console", At: s.a.cfg.Clock.Now()})
 		}
 	case wire.RotateCredentials:
-		if err := s.a.takeCredentials(ctx, s.agentID, m.Credentials, m.Sealed, m.Withheld); err != nil {
+		if err := s.a.takeCredentials(ctx, s.agentID, m.Credentials, m.Sealed, m.Withheld, m.Origins); err != nil {
 			res = wire.CommandResult{CommandID: id, Error: err.Error()}
 			s.a.log.Error("agent: rotate credentials", "err", err)
 		}

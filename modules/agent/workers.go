@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetwright/fleetwright/app/egress"
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/platform"
@@ -65,28 +66,78 @@ func settingInt(spec wire.WorkerSpec, key string, def int) int {
 	return n
 }
 
-// adapter builds the worker's platform adapter.
-func (env WorkerEnv) adapter() (platform.Adapter, error) {
+// adapter builds the worker's platform adapter and the egress guard its
+// board traffic dials through. It waits (sending nothing anywhere) while
+// the account's credentials are not sealed for the board's origin — none
+// yet, a panel before protocol v5, or a board URL that points elsewhere —
+// and reports why (credentialsNotSent): the board URL alone never decides
+// where the account's session goes.
+func (env WorkerEnv) adapter(ctx context.Context) (platform.Adapter, *egress.Guard, error) {
 	name := env.Spec.Settings[SettingPlatform]
 	if name == "" {
 		name = defaultAdapter
 	}
 	f, ok := env.Adapters[name]
 	if !ok {
-		return nil, fmt.Errorf("agent: worker %s: unknown platform %q", env.Spec.Name, name)
+		return nil, nil, fmt.Errorf("agent: worker %s: unknown platform %q", env.Spec.Name, name)
 	}
 	if env.Account.BoardURL == "" {
-		return nil, fmt.Errorf("agent: worker %s: the account has no board URL", env.Spec.Name)
+		return nil, nil, fmt.Errorf("agent: worker %s: the account has no board URL", env.Spec.Name)
+	}
+	origins, err := env.boundOrigins(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	ad, err := f(env.Account.BoardURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	// The platform's origins (those the panel sealed the credentials for)
+	// are the guard's only targets: a redirect, a link or a page script
+	// pointing anywhere else, loopback and metadata addresses included,
+	// is never dialled.
+	only, err := egress.OnlyTargets(origins)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: worker %s: %w", env.Spec.Name, err)
+	}
+	g, err := egress.New(egress.Config{Policy: egress.Policy{Only: only}, Logger: env.Log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent: worker %s: %w", env.Spec.Name, err)
+	}
+	if gd, ok := ad.(platform.Guarded); ok {
+		gd.SetDial(g.DialContext)
 	}
 	if m, ok := ad.(platform.Metered); ok && env.Budget != nil {
 		// The adapter's own requests (outside a session) count too.
 		m.SetAdmit(env.Budget.admit)
 	}
-	return ad, nil
+	return ad, g, nil
+}
+
+// boundOrigins returns the origins the stored credentials were sealed for
+// once the board's origin is one of them, waiting for new credentials
+// (and saying why, once per wait) until it is.
+func (env WorkerEnv) boundOrigins(ctx context.Context) ([]string, error) {
+	for {
+		changed := env.Sessions.Changed()
+		creds, ok, err := env.Store.Credentials(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("agent: worker %s: %w", env.Spec.Name, err)
+		}
+		var why error
+		switch {
+		case !ok:
+			why = fmt.Errorf("%w: the panel has sent no credentials for this account yet: nothing is sent to %s", wire.ErrOriginNotBound, wire.Origin(env.Account.BoardURL))
+		default:
+			why = creds.CheckOrigin(env.Account.BoardURL)
+		}
+		if why == nil {
+			return creds.Origins, nil
+		}
+		if err := env.waitCredentials(ctx, changed, why); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // traits are the account's traits; an account without a region gets UTC.
@@ -119,6 +170,27 @@ func (env WorkerEnv) signedIn(codes *platform.TOTP, why string) {
 	env.event(wire.LevelInfo, "session_refreshed",
 		"signed in to the platform with a fresh one-time code ("+why+")",
 		map[string]string{"waited_for_next_code": strconv.FormatBool(codes != nil && codes.Waits > 0)})
+}
+
+// credentialsNotSent reports that the worker refused to send the account's
+// credentials to its board (their origin is not one the panel sealed them
+// for, or the panel named none) and waits until new credentials are stored
+// (nil: try again) or the worker stops (ctx's error). Nothing is sent
+// meanwhile. The event's message names both origins, never a secret.
+func (env WorkerEnv) credentialsNotSent(ctx context.Context, why error) error {
+	return env.waitCredentials(ctx, env.Sessions.Changed(), why)
+}
+
+func (env WorkerEnv) waitCredentials(ctx context.Context, changed <-chan struct{}, why error) error {
+	env.Log.Error("agent: the account's credentials are not sent to this board", "board", wire.Origin(env.Account.BoardURL), "err", why)
+	env.event(wire.LevelError, "credentials_not_sent", "not signing in: "+why.Error(),
+		map[string]string{"board": wire.Origin(env.Account.BoardURL)})
+	select {
+	case <-changed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // needsPerson reports a captcha and parks the worker until a person

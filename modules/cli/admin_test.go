@@ -36,6 +36,12 @@ func TestAdminCommandsOnTheDatabase(t *testing.T) {
 	u, err := account.UserByEmail(ctx, b.d.App, "first@fleet.test")
 	require.NoError(t, err)
 	require.EqualValues(t, "admin", u.Role)
+	// Both passwords are someone else's choice: one-time, to be replaced at
+	// the first sign-in (TestOneTimePasswordMustBeChangedAtFirstSignIn).
+	mustChange := func(email string) int {
+		return b.count(t, `SELECT count(*) FROM users WHERE email = '`+email+`' AND must_change_password`)
+	}
+	require.Equal(t, 1, mustChange("first@fleet.test"), "a generated password must be changed at first sign-in")
 	const typed = "Typed-In-Password-4471"
 	testenv.Secret(t, typed)
 	r = b.run(t, typed+"\n", "admin", "create-user", "--email=second@fleet.test", "--password-stdin")
@@ -43,6 +49,7 @@ func TestAdminCommandsOnTheDatabase(t *testing.T) {
 	require.NotContains(t, r.stdout+r.stderr, typed)
 	require.NotContains(t, r.stdout, "one-time password")
 	require.Contains(t, r.stdout, "created operator second@fleet.test")
+	require.Equal(t, 1, mustChange("second@fleet.test"), "a typed initial password is one-time too")
 	r = b.run(t, "", "admin", "create-user", "--email=first@fleet.test")
 	require.Equal(t, 1, r.code, r)
 	require.Contains(t, r.stderr, "already exists")

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -191,18 +190,11 @@ type Credentials struct {
 // BoardOrigin is the origin (scheme://host[:port], lower-case, default port
 // left out) of a board URL; "" when it has none.
 func BoardOrigin(raw string) string {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+	if !strings.HasPrefix(strings.TrimSpace(raw), "http://") && !strings.HasPrefix(strings.TrimSpace(raw), "https://") {
 		return ""
 	}
-	h := strings.ToLower(u.Hostname())
-	if strings.Contains(h, ":") {
-		h = "[" + h + "]"
-	}
-	if p := u.Port(); p != "" && !(u.Scheme == "http" && p == "80") && !(u.Scheme == "https" && p == "443") {
-		h += ":" + p
-	}
-	return u.Scheme + "://" + h
+	// The agent compares origins the same way (wire.Credentials.CheckOrigin).
+	return wire.Origin(raw)
 }
 
 // sealContext binds an account's sealed credentials to it and to its
@@ -492,6 +484,9 @@ func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credent
 		return cfg, creds, fmt.Errorf("fleet: welcome: workers: %w", err)
 	}
 	pt, err := s.vault.Open(box, sealContext(a.AccountID, cfg.Account.BoardURL))
+	// The origin the box opened for is the one the agent may send the
+	// credentials to (it checks this itself, whatever its board URL says).
+	creds.Origins = []string{BoardOrigin(cfg.Account.BoardURL)}
 	if err != nil {
 		// Sealed before credentials were bound to their board: those open
 		// as they were, and are bound when the board next changes.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -140,6 +141,21 @@ type SessionOptions struct {
 	// budget counts it, or refuses it with an error (nothing is sent).
 	// An adapter passes it to its Transport.
 	Admit func(*http.Request) error
+	// Dial, when set, opens every connection the session makes: the
+	// agent's egress guard, which admits the board's origin only, so a
+	// redirect or a link elsewhere is never dialled. An adapter passes it
+	// to its Transport. nil: a plain dial.
+	Dial DialFunc
+}
+
+// DialFunc opens a connection to host:port (net.Dialer.DialContext's shape).
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Guarded is implemented by an adapter that sends requests of its own,
+// outside any session (like Metered): SetDial gives it the dial every such
+// request uses (SessionOptions.Dial).
+type Guarded interface {
+	SetDial(dial DialFunc)
 }
 
 // Session is one account's signed-in session over plain HTTP.

@@ -36,6 +36,9 @@ type Transport struct {
 	// Admit, when set, counts each request right before it is written (after
 	// the Gate) or refuses it: an error sends nothing (SessionOptions.Admit).
 	Admit func(*http.Request) error
+	// Dial, when set, opens the connections (SessionOptions.Dial: the
+	// agent's egress guard); nil: a net.Dialer with DialTimeout.
+	Dial DialFunc
 
 	mu   sync.Mutex
 	idle map[string][]*tconn
@@ -81,8 +84,16 @@ func (t *Transport) get(ctx context.Context, req *http.Request) (*tconn, error) 
 	if to <= 0 {
 		to = 10 * time.Second
 	}
-	d := net.Dialer{Timeout: to, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", hostPort(req))
+	var nc net.Conn
+	var err error
+	if t.Dial != nil {
+		dctx, cancel := context.WithTimeout(ctx, to)
+		nc, err = t.Dial(dctx, "tcp", hostPort(req))
+		cancel()
+	} else {
+		d := net.Dialer{Timeout: to, KeepAlive: 30 * time.Second}
+		nc, err = d.DialContext(ctx, "tcp", hostPort(req))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -47,3 +47,23 @@ func TestSealedCredentialsOpenOnlyForTheirAgent(t *testing.T) {
 	_, err = ParseInstallKey(b64.EncodeToString([]byte("short")))
 	require.Error(t, err)
 }
+
+// TestCredentialsGoOnlyToTheirOrigins: credentials bound to a board's
+// origin are sendable to that origin in any spelling and to nothing else;
+// credentials bound to nothing are sendable nowhere.
+func TestCredentialsGoOnlyToTheirOrigins(t *testing.T) {
+	c := Credentials{Username: "u", Password: NewSecret("p"), Origins: []string{"http://127.0.0.1:8090"}}
+	for _, ok := range []string{"http://127.0.0.1:8090", "HTTP://127.0.0.1:8090/login", "http://127.0.0.1:8090/loads?x=1"} {
+		require.NoError(t, c.CheckOrigin(ok), ok)
+	}
+	for _, bad := range []string{"http://127.0.0.1:9995/login", "https://127.0.0.1:8090", "http://127.0.0.2:8090", "http://localhost:8090", "file:///etc/passwd", ""} {
+		err := c.CheckOrigin(bad)
+		require.ErrorIs(t, err, ErrOriginNotBound, bad)
+		require.ErrorContains(t, err, "sealed for http://127.0.0.1:8090")
+	}
+	require.NoError(t, Credentials{Origins: []string{"https://board.example"}}.CheckOrigin("https://BOARD.example:443/x"))
+	err := Credentials{Username: "u"}.CheckOrigin("http://127.0.0.1:8090")
+	require.ErrorIs(t, err, ErrOriginNotBound)
+	require.ErrorContains(t, err, "before protocol v5")
+	require.Equal(t, "http://[::1]:81", Origin("http://[::1]:81/x"))
+}

@@ -67,6 +67,12 @@ type Credentials struct {
 	Username   string `json:"username"`
 	Password   Secret `json:"password"`
 	TOTPSecret Secret `json:"totp_secret"`
+	// Origins are the origins (scheme://host[:port]) the panel sealed the
+	// credentials for: the only ones an agent sends them to. They never
+	// travel inside the credentials (welcome's credential_origins and
+	// rotate_credentials' origins carry them, v5); the agent keeps them
+	// with the credentials and hands them to the adapter's Login.
+	Origins []string `json:"-"`
 }
 
 // credentialsWire is how Credentials travel: the real values. Only Encode
@@ -97,6 +103,12 @@ type Welcome struct {
 	SealedCredentials *SealedCredentials `json:"sealed_credentials,omitempty" since:"4"`
 	// CredentialsWithheld says why no credentials came (v4; Withheld*).
 	CredentialsWithheld string `json:"credentials_withheld,omitempty" since:"4"`
+	// CredentialOrigins are the origins (scheme://host[:port]) the
+	// credentials were sealed for at the panel (v5): the agent sends them
+	// nowhere else, whatever its configuration's board URL says. A welcome
+	// with credentials but without it (a v4 panel) leaves the agent unable
+	// to sign in (see docs/PROTOCOL.md).
+	CredentialOrigins []string `json:"credential_origins,omitempty" since:"5"`
 	// AssistantLimits are the panel's limits for an enrolled assistant
 	// (v4; absent when neither the tenant nor the installation sets one).
 	AssistantLimits *AssistantLimits `json:"assistant_limits,omitempty" since:"4"`
@@ -186,6 +198,8 @@ type RotateCredentials struct {
 	// Sealed and Withheld are as in Welcome (v4).
 	Sealed   *SealedCredentials `json:"sealed,omitempty" since:"4"`
 	Withheld string             `json:"withheld,omitempty" since:"4"`
+	// Origins are as Welcome.CredentialOrigins (v5).
+	Origins []string `json:"origins,omitempty" since:"5"`
 }
 
 // Ping asks for a pong; the four timestamps give the clock offset. The panel

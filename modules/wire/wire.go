@@ -40,7 +40,8 @@ const (
 	// sinceFields). Released: its fixtures are frozen.
 	V4 = 4
 	// V5 (in development, not released) adds the board's clock reading on
-	// detected. New fields on earlier messages carry `since:"5"`.
+	// detected and the origins the credentials were sealed for on welcome
+	// and rotate_credentials. New fields on earlier messages carry `since:"5"`.
 	V5 = 5
 
 	// MinSupported is the oldest version this binary still speaks.

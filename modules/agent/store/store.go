@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -123,7 +124,27 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: create schema: %w", err)
 	}
+	if err := addOrigins(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return &Store{db: db, dir: dir, path: path}, nil
+}
+
+// addOrigins gives a state made before credentials carried their origins
+// the column (empty: credentials bound to no origin are sent nowhere).
+func addOrigins(ctx context.Context, db *sql.DB) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('credentials') WHERE name = 'origins'`).Scan(&n); err != nil {
+		return fmt.Errorf("store: read schema: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `ALTER TABLE credentials ADD COLUMN origins TEXT NOT NULL DEFAULT ''`); err != nil {
+		return fmt.Errorf("store: add credential origins: %w", err)
+	}
+	return nil
 }
 
 // tighten sets a path's permission bits to mode if they are wider.
@@ -234,12 +255,14 @@ func (s *Store) SetUnknownTokenCount(ctx context.Context, n int) error {
 	return setMeta(ctx, s.db, "unknown_token_count", fmt.Sprint(n))
 }
 
-// SaveCredentials replaces the account's credentials.
+// SaveCredentials replaces the account's credentials, with the origins the
+// panel sealed them for (c.Origins; none: they are sent nowhere).
 func (s *Store) SaveCredentials(ctx context.Context, c wire.Credentials, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO credentials (id, username, password, totp_secret, updated_at)
-		VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET username = excluded.username,
-		password = excluded.password, totp_secret = excluded.totp_secret, updated_at = excluded.updated_at`,
-		c.Username, c.Password.Reveal(), c.TOTPSecret.Reveal(), ts(at))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO credentials (id, username, password, totp_secret, origins, updated_at)
+		VALUES (1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET username = excluded.username,
+		password = excluded.password, totp_secret = excluded.totp_secret, origins = excluded.origins,
+		updated_at = excluded.updated_at`,
+		c.Username, c.Password.Reveal(), c.TOTPSecret.Reveal(), strings.Join(c.Origins, " "), ts(at))
 	if err != nil {
 		return fmt.Errorf("store: save credentials: %w", err)
 	}
@@ -248,15 +271,19 @@ func (s *Store) SaveCredentials(ctx context.Context, c wire.Credentials, at time
 
 // Credentials returns the stored credentials, and false if there are none.
 func (s *Store) Credentials(ctx context.Context) (wire.Credentials, bool, error) {
-	var user, pw, totp string
-	err := s.db.QueryRowContext(ctx, `SELECT username, password, totp_secret FROM credentials WHERE id = 1`).Scan(&user, &pw, &totp)
+	var user, pw, totp, origins string
+	err := s.db.QueryRowContext(ctx, `SELECT username, password, totp_secret, origins FROM credentials WHERE id = 1`).Scan(&user, &pw, &totp, &origins)
 	if errors.Is(err, sql.ErrNoRows) {
 		return wire.Credentials{}, false, nil
 	}
 	if err != nil {
 		return wire.Credentials{}, false, fmt.Errorf("store: read credentials: %w", err)
 	}
-	return wire.Credentials{Username: user, Password: wire.NewSecret(pw), TOTPSecret: wire.NewSecret(totp)}, true, nil
+	c := wire.Credentials{Username: user, Password: wire.NewSecret(pw), TOTPSecret: wire.NewSecret(totp)}
+	if origins != "" {
+		c.Origins = strings.Fields(origins)
+	}
+	return c, true, nil
 }
 
 // Cookie is one of the platform session's cookies.

@@ -228,6 +228,11 @@ func (c *conn) handshake(ctx context.Context) bool {
 		}
 	}
 	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
+	if w.SealedCredentials != nil {
+		// v5: the origins the credentials were sealed for; the agent sends
+		// them nowhere else (ForVersion drops the field for a v4 agent).
+		w.CredentialOrigins = creds.Origins
+	}
 	if err := c.send(ctx, w); err != nil {
 		return false
 	}
@@ -323,6 +328,10 @@ func (c *conn) deliver(ctx context.Context) {
 		}
 		if rc, ok := m.(wire.RotateCredentials); ok {
 			rc.Sealed, rc.Withheld = c.protect(ctx, rc.Credentials)
+			if rc.Sealed != nil {
+				// v5: where the agent may send them (dropped for v4 by ForVersion).
+				rc.Origins = rc.Credentials.Origins
+			}
 			rc.Credentials = wire.Credentials{}
 			m = rc
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/platform/spec"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // Adapter is one platform described by a spec, at one base URL.
@@ -324,6 +325,16 @@ func (a *Adapter) SetAdmit(admit func(*http.Request) error) {
 	a.kmu.Unlock()
 }
 
+var _ platform.Guarded = (*Adapter)(nil)
+
+// SetDial implements platform.Guarded: the idempotency status read dials
+// through dial (the agent's egress guard).
+func (a *Adapter) SetDial(dial platform.DialFunc) {
+	a.kmu.Lock()
+	a.keysHTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, Proxy: nil}}
+	a.kmu.Unlock()
+}
+
 // HonoursIdempotencyKeys implements platform.KeyPolicy: stated in the spec,
 // or read from the platform's endpoint (cached as the spec says).
 func (a *Adapter) HonoursIdempotencyKeys(ctx context.Context) (bool, error) {
@@ -386,7 +397,7 @@ func (a *Adapter) NewSession(opts platform.SessionOptions) (platform.Session, er
 	if to <= 0 {
 		to = 15 * time.Second
 	}
-	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit}
+	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit, Dial: opts.Dial}
 	s := &session{a: a, tr: tr, opts: opts, timeout: to, jar: jar, base: a.base.String(), vars: map[string]string{}, seen: map[string]struct{}{}}
 	s.hc = &http.Client{Jar: jar, Transport: tr, CheckRedirect: s.redirect}
 	s.once = &http.Client{Jar: jar, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -583,10 +594,31 @@ func (s *session) get(ctx context.Context, what string, r *request, d data, u *u
 
 // Login implements platform.Session: the spec's sign-in steps in order.
 func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *platform.TOTP) error {
+	name := s.a.s.Name
+	if err := creds.CheckOrigin(s.a.base.String()); err != nil {
+		return fmt.Errorf("engine: %s: sign in: %w", name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(s.a.steps)+1)*s.timeout+2*platform.Step)
 	defer cancel()
 	s.tr.CloseIdle()
-	name := s.a.s.Name
+	// Each step and each redirect it follows goes only to an origin the
+	// credentials were sealed for (besides being one of the platform's).
+	signIn := func(hc *http.Client) *http.Client {
+		c := *hc
+		next := c.CheckRedirect
+		c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if next != nil {
+				if err := next(req, via); err != nil {
+					return err // a step that follows none, or a hop off the platform
+				}
+			}
+			if err := creds.CheckOrigin(req.URL.String()); err != nil {
+				return fmt.Errorf("engine: redirect: %w", err)
+			}
+			return nil
+		}
+		return &c
+	}
 	vars := map[string]string{}
 	for _, st := range s.a.steps {
 		code := ""
@@ -606,11 +638,17 @@ func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *
 			if err != nil {
 				return fmt.Errorf("engine: %s: sign-in step %s: %w", name, st.name, err)
 			}
+			if err := creds.CheckOrigin(req.URL.String()); err != nil {
+				return fmt.Errorf("engine: %s: sign-in step %s: %w", name, st.name, err)
+			}
 			hc := s.hc
 			if !st.follow {
 				hc = s.once
 			}
-			a, err := s.read(hc, req, 4<<20)
+			a, err := s.read(signIn(hc), req, 4<<20)
+			if errors.Is(err, wire.ErrOriginNotBound) {
+				return fmt.Errorf("engine: %s: sign-in step %s: %w", name, st.name, err)
+			}
 			if err != nil {
 				return fmt.Errorf("%w: sign-in step %s: %v", platform.ErrUnavailable, st.name, shortErr(err))
 			}

@@ -108,6 +108,13 @@ func sessionOf(t *testing.T, s *spec.Spec, base string, opts platform.SessionOpt
 
 var creds = wire.Credentials{Username: "u1", Password: wire.NewSecret("pw-secret-1"), TOTPSecret: wire.NewSecret("JBSWY3DPEHPK3PXP")}
 
+// credsFor are creds as the panel sealed them for the given origins.
+func credsFor(origins ...string) wire.Credentials {
+	c := creds
+	c.Origins = origins
+	return c
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -210,7 +217,7 @@ session:
 	sess := sessionOf(t, s, srv.URL, platform.SessionOptions{Clock: fake})
 	totp := &platform.TOTP{Secret: creds.TOTPSecret, Clock: fake}
 	done := make(chan error, 1)
-	go func() { done <- sess.Login(context.Background(), creds, totp) }()
+	go func() { done <- sess.Login(context.Background(), credsFor(srv.URL), totp) }()
 	require.True(t, fake.BlockUntil(1, 10*time.Second), "the session waits for the next code")
 	fake.Advance(platform.Step)
 	require.NoError(t, <-done)
@@ -255,10 +262,10 @@ sign_in:
 `})
 	ctx := context.Background()
 	sess := sessionOf(t, s, srv.URL, platform.SessionOptions{})
-	err := sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret})
+	err := sess.Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret})
 	require.ErrorContains(t, err, "value token (json token) came back empty")
 	require.NotContains(t, err.Error(), "pw-secret-1")
-	bad := creds
+	bad := credsFor(srv.URL)
 	bad.Username = "wrong"
 	err = sess.Login(ctx, bad, &platform.TOTP{Secret: creds.TOTPSecret})
 	require.ErrorIs(t, err, platform.ErrCredentials)
@@ -298,18 +305,25 @@ sign_in:
 `
 	}
 	s := specOf(t, sections{"sign_in": step(other.URL + "/login")})
-	err := sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret})
+	err := sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret})
 	require.ErrorContains(t, err, "is not one of the platform's origins")
 	s = specOf(t, sections{"sign_in": step("/login")})
-	err = sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret})
+	err = sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret})
 	require.ErrorContains(t, err, "is not one of the platform's origins", "a redirect elsewhere is not followed")
 	emu.Lock()
 	require.Zero(t, elsewhere, "nothing reached the other origin")
 	emu.Unlock()
 
-	// Named in origins, the other origin may take them.
+	// Named in origins, the other origin may take them only when the panel
+	// sealed the credentials for it too: the spec is the agent's
+	// configuration, the binding the panel's.
 	s = specOf(t, sections{"origins": "origins: [\"" + other.URL + "\"]\n", "sign_in": step(other.URL + "/login")})
-	require.NoError(t, sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+	err = sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret})
+	require.ErrorIs(t, err, wire.ErrOriginNotBound)
+	emu.Lock()
+	require.Zero(t, elsewhere, "nothing reached an origin the credentials were not sealed for")
+	emu.Unlock()
+	require.NoError(t, sessionOf(t, s, srv.URL, platform.SessionOptions{}).Login(ctx, credsFor(srv.URL, other.URL), &platform.TOTP{Secret: creds.TOTPSecret}))
 }
 
 // loadServer serves jobs L1…Ln (n grows with add) in every paging style.
@@ -439,7 +453,7 @@ feed:
 			defer srv.Close()
 			ctx := context.Background()
 			sess := sessionOf(t, specOf(t, sections{"feed": c.feed}), srv.URL, platform.SessionOptions{})
-			require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+			require.NoError(t, sess.Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret}))
 			keys := func() []string {
 				jobs, err := sess.Jobs(ctx)
 				require.NoError(t, err)
@@ -605,7 +619,7 @@ bookings:
 			srv := httptest.NewServer(&bs)
 			defer srv.Close()
 			sess := sessionOf(t, specOf(t, sections{"bookings": c.spec}), srv.URL, platform.SessionOptions{})
-			require.NoError(t, sess.Login(context.Background(), creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+			require.NoError(t, sess.Login(context.Background(), credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret}))
 			all, complete := walkAll(t, sess)
 			require.Equal(t, c.complete, complete)
 			if !c.complete {
@@ -712,7 +726,7 @@ func TestFeedShapeChangedNamesTheField(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 	sess := sessionOf(t, specOf(t, nil), srv.URL, platform.SessionOptions{})
-	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+	require.NoError(t, sess.Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret}))
 	jobs, err := sess.Jobs(ctx)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
@@ -789,7 +803,7 @@ booking:
 `})
 	ctx := context.Background()
 	sess := sessionOf(t, s, srv.URL, platform.SessionOptions{})
-	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
+	require.NoError(t, sess.Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret}))
 	cases := []struct {
 		name                  string
 		status                int
@@ -925,7 +939,7 @@ session:
 	fake := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	sess := sessionOf(t, s, srv.URL, platform.SessionOptions{Clock: fake})
-	require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret, Clock: fake}))
+	require.NoError(t, sess.Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret, Clock: fake}))
 	require.NoError(t, sess.Check(ctx))
 	fake.Advance(9 * time.Minute)
 	require.NoError(t, sess.Check(ctx))
@@ -955,7 +969,7 @@ sign_in:
       extract:
         token: {json: token}
 `})
-	err := sessionOf(t, s, "http://127.0.0.1:1", platform.SessionOptions{}).Login(context.Background(), creds, &platform.TOTP{Secret: creds.TOTPSecret})
+	err := sessionOf(t, s, "http://127.0.0.1:1", platform.SessionOptions{}).Login(context.Background(), credsFor("http://127.0.0.1:1"), &platform.TOTP{Secret: creds.TOTPSecret})
 	require.ErrorIs(t, err, platform.ErrUnavailable)
 	require.ErrorContains(t, err, "sign-in step password")
 	require.NotContains(t, err.Error(), "pw-secret-1")

@@ -61,7 +61,8 @@ func setup(t *testing.T, factory platform.Factory, mod ...func(*board.Config)) (
 	require.NoError(t, err)
 	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr})
 	require.NoError(t, err)
-	creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret)}
+	creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret),
+		Origins: []string{s.URL()}}
 	return s, sess, creds
 }
 
@@ -362,7 +363,8 @@ func TestAdmitCountsEveryRequest(t *testing.T) {
 				return nil
 			}})
 			require.NoError(t, err)
-			creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret)}
+			creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret),
+				Origins: []string{s.URL()}}
 			require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
 			loads, err := s.Publish(ctx, 1, nil)
 			require.NoError(t, err)

@@ -82,9 +82,27 @@ func path(p *rod.Page) string {
 	return u.Path
 }
 
+// pageOrigin refuses to type the credentials (or a code) into a page whose
+// origin they were not sealed for: the board's sign-in page redirected
+// elsewhere.
+func pageOrigin(p *rod.Page, creds platform.Credentials) error {
+	info, err := p.Info()
+	if err != nil {
+		return fmt.Errorf("%w: read the sign-in page's address: %v", platform.ErrUnavailable, err)
+	}
+	if err := creds.CheckOrigin(info.URL); err != nil {
+		return fmt.Errorf("sandbox: sign in: the page: %w", err)
+	}
+	return nil
+}
+
 // Login implements platform.Browser: the sign-in form, then the code form;
-// a code refused as used is replaced by the next step's code.
+// a code refused as used is replaced by the next step's code. Nothing is
+// typed unless the page's origin is one the credentials were sealed for.
 func (b *browserSide) Login(ctx context.Context, page *rod.Page, creds platform.Credentials, codes *platform.TOTP) error {
+	if err := creds.CheckOrigin(b.a.base.String()); err != nil {
+		return fmt.Errorf("sandbox: sign in: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+2*platform.Step)
 	defer cancel()
 	p := page.Context(ctx)
@@ -93,6 +111,9 @@ func (b *browserSide) Login(ctx context.Context, page *rod.Page, creds platform.
 	}
 	if err := p.WaitLoad(); err != nil {
 		return fmt.Errorf("%w: sign-in page: %v", platform.ErrUnavailable, err)
+	}
+	if err := pageOrigin(p, creds); err != nil {
+		return err
 	}
 	if err := submit(p, map[string]string{"#username": creds.Username, "#password": creds.Password.Reveal()}, "#login-submit"); err != nil {
 		return err
@@ -103,6 +124,9 @@ func (b *browserSide) Login(ctx context.Context, page *rod.Page, creds platform.
 	code, err := codes.Code()
 	for attempt := 0; ; attempt++ {
 		if err != nil {
+			return err
+		}
+		if err := pageOrigin(p, creds); err != nil {
 			return err
 		}
 		if err := submit(p, map[string]string{"#code": code}, "#totp-submit"); err != nil {

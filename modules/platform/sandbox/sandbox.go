@@ -35,6 +35,19 @@ type Adapter struct {
 	keysAt time.Time
 	// admit is the account's request budget (SetAdmit; nil: none).
 	admit func(*http.Request) error
+	// hc sends the adapter's own requests (SetDial: through the agent's
+	// egress guard).
+	hc *http.Client
+}
+
+var _ platform.Guarded = (*Adapter)(nil)
+
+// SetDial implements platform.Guarded: the status read dials through dial.
+func (a *Adapter) SetDial(dial platform.DialFunc) {
+	a.kmu.Lock()
+	a.hc = &http.Client{Transport: &http.Transport{DialContext: dial, Proxy: nil},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	a.kmu.Unlock()
 }
 
 var _ platform.Metered = (*Adapter)(nil)
@@ -74,7 +87,11 @@ func (a *Adapter) HonoursIdempotencyKeys(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("%w: GET /api/platform: %w", platform.ErrUnavailable, err)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := a.hc
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, fmt.Errorf("%w: GET /api/platform: %v", platform.ErrUnavailable, err)
 	}
@@ -121,7 +138,7 @@ func (a *Adapter) NewSession(opts platform.SessionOptions) (platform.Session, er
 	if to <= 0 {
 		to = 15 * time.Second
 	}
-	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit}
+	tr := &platform.Transport{Order: opts.Traits.Profile.HeaderOrder, Admit: opts.Admit, Dial: opts.Dial}
 	s := &session{a: a, tr: tr, opts: opts, timeout: to,
 		hc: &http.Client{Jar: jar, Transport: tr}}
 	return s, nil
@@ -161,6 +178,10 @@ func (s *session) headers(req *http.Request, accept string) {
 }
 
 func (s *session) do(ctx context.Context, method, path, ctype string, body []byte, accept string) (*http.Response, []byte, error) {
+	return s.doWith(ctx, s.hc, method, path, ctype, body, accept)
+}
+
+func (s *session) doWith(ctx context.Context, hc *http.Client, method, path, ctype string, body []byte, accept string) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -173,7 +194,7 @@ func (s *session) do(ctx context.Context, method, path, ctype string, body []byt
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := s.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -206,13 +227,31 @@ func (s *session) get(ctx context.Context, path string, v any) error {
 
 const formType = "application/x-www-form-urlencoded"
 
-// Login implements platform.Session.
+// Login implements platform.Session. The credentials (and the codes) go
+// only to an origin they were sealed for (creds.Origins), redirects
+// included: a board URL or a redirect pointing elsewhere sends nothing.
 func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *platform.TOTP) error {
+	if err := creds.CheckOrigin(s.a.base.String()); err != nil {
+		return fmt.Errorf("sandbox: sign in: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+2*platform.Step)
 	defer cancel()
 	s.tr.CloseIdle()
+	hc := *s.hc
+	hc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("sandbox: sign in: more than 10 redirects")
+		}
+		if err := creds.CheckOrigin(req.URL.String()); err != nil {
+			return fmt.Errorf("sandbox: sign in: redirect: %w", err)
+		}
+		return nil
+	}
 	form := url.Values{"username": {creds.Username}, "password": {creds.Password.Reveal()}}
-	resp, _, err := s.do(ctx, http.MethodPost, "/login", formType, []byte(form.Encode()), "text/html")
+	resp, _, err := s.doWith(ctx, &hc, http.MethodPost, "/login", formType, []byte(form.Encode()), "text/html")
+	if errors.Is(err, wire.ErrOriginNotBound) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w: sign in: %v", platform.ErrUnavailable, err)
 	}
@@ -227,7 +266,10 @@ func (s *session) Login(ctx context.Context, creds platform.Credentials, codes *
 		if err != nil {
 			return err
 		}
-		resp, _, err = s.do(ctx, http.MethodPost, "/login/totp", formType, []byte(url.Values{"code": {code}}.Encode()), "text/html")
+		resp, _, err = s.doWith(ctx, &hc, http.MethodPost, "/login/totp", formType, []byte(url.Values{"code": {code}}.Encode()), "text/html")
+		if errors.Is(err, wire.ErrOriginNotBound) {
+			return err
+		}
 		if err != nil {
 			return fmt.Errorf("%w: one-time code: %v", platform.ErrUnavailable, err)
 		}

@@ -33,7 +33,8 @@ func setup(t *testing.T, mod ...func(*board.Config)) (*board.Server, platform.Se
 	require.NoError(t, err)
 	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr})
 	require.NoError(t, err)
-	creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret)}
+	creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret),
+		Origins: []string{s.URL()}}
 	return s, sess, creds, tr
 }
 
