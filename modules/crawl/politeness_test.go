@@ -145,3 +145,85 @@ func TestBackoffFullJitter(t *testing.T) {
 		require.LessOrEqual(t, g, 1500*time.Millisecond)
 	}
 }
+
+// TestBudgetStep: one round trip takes a domain's concurrency slot and
+// books its next slot in time (after a Retry-After block too); with every
+// concurrency slot held it books nothing; runs sharing the domain take
+// turns (a run that asked first gets the next free slot, not the run
+// whose own request just ended); a waiter that stopped asking leaves the
+// queue; and it counts as one command at Redis.
+func TestBudgetStep(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	var cmds int
+	rdb.AddHook(countHook{&cmds})
+	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	b := crawl.NewBudget(func(context.Context, string) (*redis.Client, error) { return rdb, nil }, clk)
+	gap := 100 * time.Millisecond
+	step := func(run, id string) (time.Duration, bool) {
+		t.Helper()
+		w, ok, err := b.Step(ctx, "t1", "step.example", "agent-a", run, id, gap, 2, time.Minute)
+		require.NoError(t, err)
+		return w, ok
+	}
+	w, ok := step("run-a", "a1")
+	require.True(t, ok)
+	require.Zero(t, w)
+	cmds = 0
+	w, ok = step("run-a", "a2")
+	require.True(t, ok)
+	require.Equal(t, gap, w, "the next slot is a gap later")
+	require.Equal(t, 1, cmds, "a page's politeness is one round trip")
+
+	// Both concurrency slots held by run A: run B waits its turn.
+	_, ok = step("run-b", "b1")
+	require.False(t, ok)
+	// A's request ends; A asks again at once, but it is B's turn.
+	b.Release(ctx, "t1", "step.example", "a1")
+	_, ok = step("run-a", "a3")
+	require.False(t, ok, "a run that waited first gets the free slot")
+	w, ok = step("run-b", "b1")
+	require.True(t, ok)
+	require.Equal(t, 2*gap, w)
+	_, ok = step("run-a", "a3")
+	require.False(t, ok, "both slots held again")
+
+	// A Retry-After block: the slot booked is after it.
+	b.Release(ctx, "t1", "step.example", "a2")
+	until := clk.Now().Add(3 * time.Second)
+	b.Block(ctx, "t1", "step.example", until)
+	require.Equal(t, until, b.SeenBlock("step.example"))
+	w, ok = step("run-a", "a3")
+	require.True(t, ok)
+	require.Equal(t, 3*time.Second, w)
+
+	// A waiter that stopped asking (its run ended) leaves the queue.
+	b.Release(ctx, "t1", "step.example", "a3")
+	b.Release(ctx, "t1", "step.example", "b1")
+	require.True(t, must(step("run-c", "c1")))
+	require.True(t, must(step("run-c", "c2")))
+	require.False(t, must(step("run-d", "d1"))) // d waits, then goes away
+	b.Release(ctx, "t1", "step.example", "c1")
+	require.False(t, must(step("run-c", "c3")), "d's turn")
+	clk.Advance(3 * time.Second)
+	require.True(t, must(step("run-c", "c3")), "d stopped asking: its turn passed")
+}
+
+func must(_ time.Duration, ok bool) bool { return ok }
+
+// countHook counts the commands sent to Redis (a script run is one).
+type countHook struct{ n *int }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		*h.n++
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		*h.n += len(cmds)
+		return next(ctx, cmds)
+	}
+}
