@@ -18,6 +18,7 @@ import (
 // The listing pages have no canonical link (the item rules' required
 // field), so extracting them with those rules counts one selector failure
 // per listing page and opens the selector-failure alarm on a correct run.
+// The run's items are all stored when it reports them.
 func TestFollowAppliesEachRuleSet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -44,6 +45,15 @@ limits: {concurrency: 4}
 	require.Equal(t, 45+3, run.Pages, "3 listing pages and 45 item pages")
 	require.Equal(t, 45, run.Items, "the item pages' items, none from the listings")
 	require.Zero(t, run.SelectorFailures, "the item rules are not applied to listing pages")
+	// Items are written off the run's loop, in batches; every one is
+	// durable before the run reports it.
+	require.Equal(t, 45, run.NewItems)
+	j, err := r.svc.Store.JobByName(ctx, r.tenant, "items")
+	require.NoError(t, err)
+	stored, total, err := r.svc.Store.Items(ctx, r.tenant, j.ID, crawl.ItemFilter{RunID: run.ID, Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, 45, total)
+	require.Len(t, stored, 45)
 	open, err := alarm.ListTenant(ctx, r.d.App, r.tenant, true, 50)
 	require.NoError(t, err)
 	for _, a := range open {

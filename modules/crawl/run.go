@@ -146,7 +146,13 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	if err := x.limits(ctx); err != nil {
 		return err
 	}
+	x.items = newItemWriter(ctx, r.Store, r.Clock, log, tenant, job.ID, runID)
 	state, reason := x.loop(ctx)
+	// Every item the run found is written before it reports them.
+	added, changed, failed := x.items.close()
+	x.run.NewItems += added
+	x.run.ChangedItems += changed
+	x.run.Errors += failed
 	end := r.Clock.Now()
 	x.run.State, x.run.Reason, x.run.FinishedAt = state, reason, &end
 	log.Info("crawl run finished", "state", state, "reason", reason, "pages", x.run.Pages, "items", x.run.Items,
@@ -186,6 +192,7 @@ type execution struct {
 	results  chan result
 	trace    map[string]any
 	attempts int // page fetches that ended (for the error rate)
+	items    *itemWriter
 
 	mu        sync.Mutex
 	noCrawler map[string]bool
@@ -760,13 +767,7 @@ func (x *execution) handle(ctx context.Context, r result) {
 			x.run.Items++
 		}
 	}
-	added, changed, err := x.r.Store.SaveItems(ctx, x.tenant, x.job.ID, x.run.ID, keyed, now)
-	if err != nil {
-		x.r.Log.Error("crawl: save items", "err", err)
-		x.run.Errors++
-	}
-	x.run.NewItems += added
-	x.run.ChangedItems += changed
+	x.items.add(keyed, now)
 	for _, l := range res.Links {
 		x.push(task{url: l, kind: wire.PageItem})
 	}
