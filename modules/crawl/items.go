@@ -15,9 +15,9 @@ import (
 // last batch before it reports its figures, so every item it reports is
 // durable.
 type itemWriter struct {
-	store *Store
-	clock clock.Clock
-	log   *slog.Logger
+	store                *Store
+	clock                clock.Clock
+	log                  *slog.Logger
 	tenant, jobID, runID string
 
 	pages chan pageItems
