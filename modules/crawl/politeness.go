@@ -45,31 +45,16 @@ func NewBudget(rdb func(ctx context.Context, tenant string) (*redis.Client, erro
 
 const keyPrefix = "crawl:pol:"
 
-// reserveScript books the next slot of a domain: a slot is at least gap
-// after the previous one and not before the domain's Retry-After block.
-// It returns how long the caller waits for its slot, in microseconds.
-// The schedule is kept in microseconds: whole milliseconds would truncate
-// every jittered gap (a 10 ms delay drawn from 5–15 ms lost half a
-// millisecond a request on average, 5 % over the rate; the three-agent
-// benchmark caught it). The block stays in milliseconds.
-var reserveScript = redis.NewScript(`
-local now = tonumber(ARGV[1])
-local nowu = tonumber(ARGV[5])
-local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
-local blk = tonumber(redis.call('GET', KEYS[2]) or '0') * 1000
-if nxt < nowu then nxt = nowu end
-if blk > nxt then nxt = blk end
-redis.call('SET', KEYS[1], string.format('%d', nxt + tonumber(ARGV[2])), 'PX', ARGV[3])
-redis.call('ZADD', KEYS[3], now + 60000, ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-return {string.format('%d', nxt - nowu), redis.call('ZCARD', KEYS[3])}`)
-
 // stepScript is a page's politeness in one round trip: it takes one of
 // the domain's concurrency slots (a leased entry that expires, so a
 // crashed panel cannot hold one forever) and books the domain's next slot
 // in time, at least gap after the previous one and not before the
 // domain's Retry-After block, as reserveScript does. It returns the wait
 // for that slot in microseconds, and the agents crawling the domain.
+// The schedule is kept in microseconds: whole milliseconds would truncate
+// every jittered gap (a 10 ms delay drawn from 5–15 ms lost half a
+// millisecond a request on average, 5 % over the rate; the three-agent
+// benchmark caught it). The block stays in milliseconds.
 //
 // When every concurrency slot is taken it books nothing and answers -1;
 // the asking run then waits its turn in the domain's queue of waiters
@@ -171,45 +156,6 @@ func Gap(delay time.Duration, jitter float64) time.Duration {
 	return time.Duration(float64(delay) * f)
 }
 
-// Reserve books the next request slot of domain for agent and returns how
-// long to wait for it. gap is this request's drawn gap.
-func (b *Budget) Reserve(ctx context.Context, tenant, domain, agent string, gap time.Duration) (time.Duration, error) {
-	now := b.clock.Now()
-	rdb, err := b.redis(ctx, tenant)
-	if err == nil {
-		var res []any
-		res, err = reserveScript.Run(ctx, rdb, []string{keyPrefix + domain + ":nextus", keyPrefix + domain + ":block", keyPrefix + domain + ":agents"},
-			ms(now), gap.Microseconds(), (gap + time.Hour).Milliseconds(), agent, now.UnixMicro()).Slice()
-		if err == nil && len(res) == 2 {
-			ws, _ := res[0].(string)
-			wait, perr := strconv.ParseInt(ws, 10, 64)
-			n, _ := res[1].(int64)
-			if perr == nil {
-				b.mu.Lock()
-				b.agents[domain] = int(n)
-				b.mu.Unlock()
-				return time.Duration(wait) * time.Microsecond, nil
-			}
-			err = fmt.Errorf("crawl: reserve: unexpected answer %q", ws)
-		}
-	}
-	// Redis is down: this process alone decides, for this agent, at the
-	// rate divided by the agents last known to crawl the domain.
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := b.agents[domain]
-	if n == 0 {
-		return 0, ErrNoBudget
-	}
-	key := domain + "|" + agent
-	next := b.local[key]
-	if next.Before(now) {
-		next = now
-	}
-	b.local[key] = next.Add(gap * time.Duration(n))
-	return next.Sub(now), nil
-}
-
 // Step takes one of domain's limit concurrency slots for the request
 // slot (its id) of run, sent by agent, and books the domain's next slot
 // in time, in one Redis round trip. It returns how long to wait for that
@@ -242,7 +188,8 @@ func (b *Budget) Step(ctx context.Context, tenant, domain, agent, run, id string
 			err = fmt.Errorf("crawl: step: unexpected answer %q", ws)
 		}
 	}
-	// Redis is down: this process alone decides (see Reserve, Acquire).
+	// Redis is down: this process alone decides (as Acquire does, and at the
+	// rate divided by the agents last known to crawl the domain).
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := b.agents[domain]

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // TestBudgetFleetWide: two budgets (two panel replicas) over one Redis
@@ -31,7 +32,7 @@ func TestBudgetFleetWide(t *testing.T) {
 		if i%2 == 1 {
 			bud = b
 		}
-		w, err := bud.Reserve(ctx, "t1", "shop.example", "agent-"+string(rune('a'+i%2)), gap)
+		w, err := reserve(bud, "t1", "shop.example", "agent-"+string(rune('a'+i%2)), gap)
 		require.NoError(t, err)
 		waits = append(waits, w)
 	}
@@ -41,7 +42,7 @@ func TestBudgetFleetWide(t *testing.T) {
 	clk.Advance(time.Second)
 	until := clk.Now().Add(5 * time.Second)
 	a.Block(ctx, "t1", "shop.example", until)
-	w, err := b.Reserve(ctx, "t1", "shop.example", "agent-b", gap)
+	w, err := reserve(b, "t1", "shop.example", "agent-b", gap)
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Second, w)
 	require.True(t, b.BlockedUntil(ctx, "t1", "shop.example", "agent-b").Equal(until.Truncate(time.Millisecond)))
@@ -70,6 +71,16 @@ func TestBudgetFleetWide(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, d)
 }
 
+// reserve books a slot with Step where the concurrency limit never
+// binds (each call its own slot), so only the schedule in time answers.
+func reserve(b *crawl.Budget, tenant, domain, agent string, gap time.Duration) (time.Duration, error) {
+	w, ok, err := b.Step(context.Background(), tenant, domain, agent, "run", wire.NewID(), gap, 1_000_000, time.Hour)
+	if err == nil && !ok {
+		err = errors.New("no concurrency slot")
+	}
+	return w, err
+}
+
 func msList(ds []time.Duration) []time.Duration {
 	out := make([]time.Duration, len(ds))
 	for i, d := range ds {
@@ -78,28 +89,26 @@ func msList(ds []time.Duration) []time.Duration {
 	return out
 }
 
-// TestBudgetWithoutRedis: while the cell's Redis is down each agent gets
-// the domain's rate divided by the agents last known to crawl it, or
-// nothing when that was never known.
 // TestBudgetKeepsSubMillisecondGaps: a domain's schedule adds up the drawn
 // gaps exactly; whole milliseconds would truncate each jittered gap and
 // run the domain faster than its rate (5 % at a 10 ms delay).
 func TestBudgetKeepsSubMillisecondGaps(t *testing.T) {
-	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	b := crawl.NewBudget(func(context.Context, string) (*redis.Client, error) { return rdb, nil }, clk)
 	var last time.Duration
 	for range 100 {
-		w, err := b.Reserve(ctx, "t1", "fine.example", "agent-a", 1500*time.Microsecond)
+		w, err := reserve(b, "t1", "fine.example", "agent-a", 1500*time.Microsecond)
 		require.NoError(t, err)
 		last = w
 	}
 	require.Equal(t, 99*1500*time.Microsecond, last, "100 slots 1.5 ms apart end 148.5 ms later")
 }
 
+// TestBudgetWithoutRedis: while the cell's Redis is down each agent gets
+// the domain's rate divided by the agents last known to crawl it, or
+// nothing when that was never known.
 func TestBudgetWithoutRedis(t *testing.T) {
-	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	down := false
@@ -111,16 +120,16 @@ func TestBudgetWithoutRedis(t *testing.T) {
 	}
 	bud := crawl.NewBudget(of, clk)
 	gap := 100 * time.Millisecond
-	_, err := bud.Reserve(ctx, "t1", "d.example", "a1", gap)
+	_, err := reserve(bud, "t1", "d.example", "a1", gap)
 	require.NoError(t, err)
-	_, err = bud.Reserve(ctx, "t1", "d.example", "a2", gap)
+	_, err = reserve(bud, "t1", "d.example", "a2", gap)
 	require.NoError(t, err)
 	down = true
-	_, err = bud.Reserve(ctx, "t1", "unknown.example", "a1", gap)
+	_, err = reserve(bud, "t1", "unknown.example", "a1", gap)
 	require.ErrorIs(t, err, crawl.ErrNoBudget)
 	var waits []time.Duration
 	for range 3 {
-		w, err := bud.Reserve(ctx, "t1", "d.example", "a1", gap)
+		w, err := reserve(bud, "t1", "d.example", "a1", gap)
 		require.NoError(t, err)
 		waits = append(waits, w)
 	}
