@@ -31,7 +31,8 @@ func startHostsShop(t *testing.T, hosts []string, n int) *hostsShop {
 	mux.HandleFunc("GET /list", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `<html><body><ul>`)
 		for i := 1; i <= n; i++ {
-			fmt.Fprintf(w, `<li><a class="item" href="/p/%d">Item %d</a></li>`, i, i)
+			// The listing's query (a job's tag) goes on to its items.
+			fmt.Fprintf(w, `<li><a class="item" href="/p/%d?%s">Item %d</a></li>`, i, r.URL.RawQuery, i)
 		}
 		fmt.Fprint(w, `</ul></body></html>`)
 	})
@@ -39,8 +40,12 @@ func startHostsShop(t *testing.T, hosts []string, n int) *hostsShop {
 		host, _, _ := net.SplitHostPort(r.Host)
 		s.mu.Lock()
 		s.hits[host] = append(s.hits[host], time.Now())
+		if r.URL.RawQuery != "" {
+			s.hits[r.URL.RawQuery] = append(s.hits[r.URL.RawQuery], time.Now())
+		}
 		s.mu.Unlock()
-		fmt.Fprintf(w, `<html><head><link rel="canonical" href="http://%s/p/%s"></head><body><h1>Item</h1></body></html>`, r.Host, r.PathValue("n"))
+		fmt.Fprintf(w, `<html><head><link rel="canonical" href="http://%s/p/%s?%s"></head><body><h1>Item</h1></body></html>`,
+			r.Host, r.PathValue("n"), r.URL.RawQuery)
 	})
 	s.port = freePort(t, hosts)
 	for _, h := range hosts {
@@ -53,6 +58,7 @@ func startHostsShop(t *testing.T, hosts []string, n int) *hostsShop {
 	return s
 }
 
+// times are the item page requests of a host, or of a job's tag.
 func (s *hostsShop) times(host string) []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,8 +121,14 @@ limits: {concurrency: 2}
 			require.LessOrEqual(t, j-i, 11, "host %s over its rate", h)
 		}
 	}
+	overlap := overlapOf(first, last)
+	require.Greater(t, overlap, longest*7/10, "the hosts were crawled side by side: overlap %s of the longest stretch %s", overlap, longest)
+}
+
+// overlapOf is how long the stretches [first[i], last[i]] all overlap.
+func overlapOf(first, last []time.Time) time.Duration {
 	latestFirst, earliestLast := first[0], last[0]
-	for i := range hosts {
+	for i := range first {
 		if first[i].After(latestFirst) {
 			latestFirst = first[i]
 		}
@@ -124,6 +136,60 @@ limits: {concurrency: 2}
 			earliestLast = last[i]
 		}
 	}
-	overlap := earliestLast.Sub(latestFirst)
-	require.Greater(t, overlap, longest*7/10, "the hosts were crawled side by side: overlap %s of the longest stretch %s", overlap, longest)
+	return earliestLast.Sub(latestFirst)
+}
+
+// TestRunsSharingAHostTakeTurns: two runs crawl one host whose
+// politeness allows one request in flight: the host's slot goes to them in
+// turns, so both runs' item pages are spread over the same stretch of
+// time. Without the budget's queue of waiters, the run whose own request
+// just ended would ask again first and take every slot until it is done.
+func TestRunsSharingAHostTakeTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r := newRig(t, ctx, nil)
+	const n = 20
+	shop := startHostsShop(t, []string{"127.0.0.48"}, n)
+	require.NoError(t, r.svc.Store.SetEgress(ctx, r.tenant, ops, crawl.EgressPolicy{Allow: []string{fmt.Sprintf("127.0.0.0/8:%d", shop.port)}}))
+	ids := map[string]string{}
+	for _, job := range []string{"a", "b"} {
+		_, _, err := r.svc.Apply(ctx, r.tenant, ops, job+".yaml", []byte(fmt.Sprintf(`version: 1
+name: share-%s
+start: {urls: ["http://127.0.0.48:%d/list?job=%s"]}
+allowed_domains: [127.0.0.48]
+follow: {css: a.item}
+extract:
+  fields:
+    url: {css: "link[rel=canonical]", attr: href, required: true}
+item_key: url
+politeness: {concurrency: 1, delay: 20ms, jitter: 0, autothrottle: false}
+limits: {concurrency: 4}
+`, job, shop.port, job)))
+		require.NoError(t, err)
+		j, err := r.svc.Store.JobByName(ctx, r.tenant, "share-"+job)
+		require.NoError(t, err)
+		ids[job], err = r.svc.QueueRun(ctx, r.tenant, j.ID, "test", ops)
+		require.NoError(t, err)
+	}
+	done := make(chan error, 2)
+	for _, id := range ids {
+		go func() { done <- r.runner.Execute(ctx, r.tenant, id) }()
+	}
+	for range 2 {
+		require.NoError(t, <-done)
+	}
+	var first, last []time.Time
+	var longest time.Duration
+	for job, id := range ids {
+		run, err := r.svc.Store.Run(ctx, r.tenant, id)
+		require.NoError(t, err)
+		require.Equal(t, "succeeded", run.State, run.Reason)
+		require.Equal(t, n, run.Items, job)
+		ts := shop.times("job=" + job)
+		require.Len(t, ts, n, job)
+		first, last = append(first, ts[0]), append(last, ts[n-1])
+		longest = max(longest, ts[n-1].Sub(ts[0]))
+	}
+	overlap := overlapOf(first, last)
+	require.Greater(t, overlap, longest*7/10, "the runs took turns: overlap %s of the longest stretch %s", overlap, longest)
 }

@@ -56,8 +56,9 @@ type Runner struct {
 	// tenant uses one only with a recorded authorisation (captcha.go).
 	Solvers map[string]SolverFactory
 
-	readyOnce sync.Once
-	ready     chan struct{}
+	readyOnce    sync.Once
+	ready        chan struct{}
+	defaultsOnce sync.Once
 }
 
 func (r *Runner) readyCh() chan struct{} {
@@ -113,15 +114,19 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if r.Clock == nil {
-		r.Clock = clock.Real{}
-	}
-	if r.NoAgentWait == 0 {
-		r.NoAgentWait = 30 * time.Second
-	}
-	if r.RobotsTTL == 0 {
-		r.RobotsTTL = time.Hour
-	}
+	// Runs execute side by side (River's workers): the defaults are set
+	// once, not by each run.
+	r.defaultsOnce.Do(func() {
+		if r.Clock == nil {
+			r.Clock = clock.Real{}
+		}
+		if r.NoAgentWait == 0 {
+			r.NoAgentWait = 30 * time.Second
+		}
+		if r.RobotsTTL == 0 {
+			r.RobotsTTL = time.Hour
+		}
+	})
 	run, err := r.Store.Run(ctx, tenant, runID)
 	if err != nil {
 		return err
