@@ -153,3 +153,60 @@ limits: {pages: 100000, concurrency: 12, run_time: 20m}
 		cancel()
 	}
 }
+
+// BenchmarkCrawlPolite: the default sandbox catalogue (three hosts, 300
+// items and 15 listing pages each: 945 pages) under a politeness of 10
+// requests/s per host (delay 100 ms, no jitter, 2 in flight per host, 6 in
+// flight for the run). Its politeness bound is 945 ÷ (3 × 10/s) = 31.5 s;
+// it reports the wall time and its ratio to the bound, and checks every
+// item was found once with no host over its budget. Run with -benchtime=1x.
+func BenchmarkCrawlPolite(b *testing.B) {
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		f := startFleet(b, ctx, 1)
+		hosts := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43"}
+		cat, port := startCatalog(b, catalog.Config{Hosts: hosts, Rate: 1e6, Burst: 1e6})
+		out, code := f.cli("egress", fmt.Sprintf("--allow=127.0.0.0/8:%d", port))
+		require.Equal(b, 0, code, out)
+		f.apply("polite", fmt.Sprintf(`version: 1
+name: polite
+start:
+  templates:
+    - url: "http://{host}:%d/catalog?page=1"
+      params: {host: [127.0.0.41, 127.0.0.42, 127.0.0.43]}
+allowed_domains: [127.0.0.41, 127.0.0.42, 127.0.0.43]
+follow: {css: li.product a.title}
+extract:
+  fields:
+    url: {css: "link[rel=canonical]", attr: href, required: true}
+    title: {css: h1.name, transform: [trim]}
+    price: {css: .price, transform: [number]}
+pagination: {next: {css: a.next}}
+item_key: url
+politeness: {concurrency: 2, delay: 100ms, jitter: 0, autothrottle: false}
+limits: {pages: 100000, concurrency: 6, run_time: 10m}
+`, port))
+		b.ResetTimer()
+		start := time.Now()
+		out = f.runJob("polite")
+		elapsed := time.Since(start)
+		b.StopTimer()
+		m := pagesRe.FindStringSubmatch(out)
+		require.NotNil(b, m, out)
+		pages, _ := strconv.Atoi(m[1])
+		found, _ := strconv.Atoi(m[2])
+		require.Equal(b, 900, found, out)
+		rep := cat.Oracle()
+		require.Zero(b, rep.RobotsViolations)
+		for _, h := range hosts {
+			// The budget allows one request per 100 ms: at most 100 in any
+			// 10 s window (5 % slack and one more for the window's edges).
+			require.LessOrEqual(b, rep.Hosts[h].MaxRequests10s, catalog.Bound(10, 1), h)
+		}
+		bound := float64(pages) / (3 * 10)
+		b.ReportMetric(elapsed.Seconds(), "wall-s")
+		b.ReportMetric(elapsed.Seconds()/bound, "x-bound")
+		b.ReportMetric(float64(pages), "pages")
+		cancel()
+	}
+}

@@ -31,6 +31,7 @@ type Budget struct {
 	local   map[string]time.Time // domain|agent → next free slot, while Redis is down
 	conc    map[string]int       // domain → requests in flight, while Redis is down
 	blocked map[string]time.Time // domain → end of a Retry-After, while Redis is down
+	seen    map[string]time.Time // domain → end of the latest Retry-After recorded here
 }
 
 // NewBudget returns a budget over the tenant's cell Redis.
@@ -38,29 +39,81 @@ func NewBudget(rdb func(ctx context.Context, tenant string) (*redis.Client, erro
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Budget{redis: rdb, clock: clk, agents: map[string]int{}, local: map[string]time.Time{}, conc: map[string]int{}, blocked: map[string]time.Time{}}
+	return &Budget{redis: rdb, clock: clk, agents: map[string]int{}, local: map[string]time.Time{}, conc: map[string]int{}, blocked: map[string]time.Time{},
+		seen: map[string]time.Time{}}
 }
 
 const keyPrefix = "crawl:pol:"
 
-// reserveScript books the next slot of a domain: a slot is at least gap
-// after the previous one and not before the domain's Retry-After block.
-// It returns how long the caller waits for its slot, in microseconds.
+// stepScript is a page's politeness in one round trip: it takes one of
+// the domain's concurrency slots (a leased entry that expires, so a
+// crashed panel cannot hold one forever) and books the domain's next slot
+// in time, at least gap after the previous one and not before the
+// domain's Retry-After block, as reserveScript does. It returns the wait
+// for that slot in microseconds, and the agents crawling the domain.
 // The schedule is kept in microseconds: whole milliseconds would truncate
 // every jittered gap (a 10 ms delay drawn from 5–15 ms lost half a
 // millisecond a request on average, 5 % over the rate; the three-agent
 // benchmark caught it). The block stays in milliseconds.
-var reserveScript = redis.NewScript(`
+//
+// When every concurrency slot is taken it books nothing and answers -1;
+// the asking run then waits its turn in the domain's queue of waiters
+// (oldest first ask first), so runs sharing a domain take turns instead
+// of the quickest to ask again winning every free slot. A waiter that
+// has not asked for waiterStale leaves the queue (its run ended).
+//
+// KEYS: nextus, block, agents, conc, waiters (by order of first ask),
+// seen (last ask), turns (the waiters' counter).
+// ARGV: now ms, gap µs, nextus TTL ms, agent, now µs, limit, lease ms,
+// slot id, run id, waiterStale ms.
+var stepScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[6])
+local run = ARGV[9]
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now - tonumber(ARGV[10]))
+for _, w in ipairs(stale) do
+  redis.call('ZREM', KEYS[6], w)
+  redis.call('ZREM', KEYS[5], w)
+end
+local free = limit - redis.call('ZCARD', KEYS[4])
+local turn = free > 0
+if turn then
+  local rank = redis.call('ZRANK', KEYS[5], run)
+  if rank then
+    turn = rank < free
+  else
+    turn = redis.call('ZCARD', KEYS[5]) < free
+  end
+end
+if not turn then
+  if not redis.call('ZSCORE', KEYS[5], run) then
+    redis.call('ZADD', KEYS[5], redis.call('INCR', KEYS[7]), run)
+  end
+  redis.call('PEXPIRE', KEYS[7], 60000)
+  redis.call('ZADD', KEYS[6], now, run)
+  redis.call('PEXPIRE', KEYS[5], 60000)
+  redis.call('PEXPIRE', KEYS[6], 60000)
+  return {'-1', 0}
+end
+redis.call('ZREM', KEYS[5], run)
+redis.call('ZREM', KEYS[6], run)
 local nowu = tonumber(ARGV[5])
 local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
 local blk = tonumber(redis.call('GET', KEYS[2]) or '0') * 1000
 if nxt < nowu then nxt = nowu end
 if blk > nxt then nxt = blk end
 redis.call('SET', KEYS[1], string.format('%d', nxt + tonumber(ARGV[2])), 'PX', ARGV[3])
+local hold = math.floor((nxt - nowu) / 1000) + tonumber(ARGV[7])
+redis.call('ZADD', KEYS[4], now + hold, ARGV[8])
+if redis.call('PTTL', KEYS[4]) < hold then redis.call('PEXPIRE', KEYS[4], hold) end
 redis.call('ZADD', KEYS[3], now + 60000, ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 return {string.format('%d', nxt - nowu), redis.call('ZCARD', KEYS[3])}`)
+
+// waiterStale is how long a run that waits for a domain's concurrency
+// slot stays in its queue of waiters without asking again.
+const waiterStale = 2 * time.Second
 
 // acquireScript takes one of a domain's concurrency slots (a lease that
 // expires, so a crashed panel cannot hold one forever).
@@ -103,43 +156,67 @@ func Gap(delay time.Duration, jitter float64) time.Duration {
 	return time.Duration(float64(delay) * f)
 }
 
-// Reserve books the next request slot of domain for agent and returns how
-// long to wait for it. gap is this request's drawn gap.
-func (b *Budget) Reserve(ctx context.Context, tenant, domain, agent string, gap time.Duration) (time.Duration, error) {
+// Step takes one of domain's limit concurrency slots for the request
+// slot (its id) of run, sent by agent, and books the domain's next slot
+// in time, in one Redis round trip. It returns how long to wait for that
+// slot, or ok false when every concurrency slot is taken (or it is
+// another run's turn): the caller asks again when one of its own requests
+// to the domain ends, or after a while. The concurrency slot is held
+// for the wait plus lease; Release gives it back.
+func (b *Budget) Step(ctx context.Context, tenant, domain, agent, run, id string, gap time.Duration, limit int, lease time.Duration) (wait time.Duration, ok bool, err error) {
 	now := b.clock.Now()
 	rdb, err := b.redis(ctx, tenant)
 	if err == nil {
 		var res []any
-		res, err = reserveScript.Run(ctx, rdb, []string{keyPrefix + domain + ":nextus", keyPrefix + domain + ":block", keyPrefix + domain + ":agents"},
-			ms(now), gap.Microseconds(), (gap + time.Hour).Milliseconds(), agent, now.UnixMicro()).Slice()
+		res, err = stepScript.Run(ctx, rdb, []string{keyPrefix + domain + ":nextus", keyPrefix + domain + ":block", keyPrefix + domain + ":agents",
+			keyPrefix + domain + ":conc", keyPrefix + domain + ":waiters", keyPrefix + domain + ":seen", keyPrefix + domain + ":turns"},
+			ms(now), gap.Microseconds(), (gap + time.Hour).Milliseconds(), agent, now.UnixMicro(), limit, lease.Milliseconds(), id, run,
+			waiterStale.Milliseconds()).Slice()
 		if err == nil && len(res) == 2 {
 			ws, _ := res[0].(string)
-			wait, perr := strconv.ParseInt(ws, 10, 64)
-			n, _ := res[1].(int64)
+			w, perr := strconv.ParseInt(ws, 10, 64)
 			if perr == nil {
+				if w < 0 {
+					return 0, false, nil
+				}
+				n, _ := res[1].(int64)
 				b.mu.Lock()
 				b.agents[domain] = int(n)
 				b.mu.Unlock()
-				return time.Duration(wait) * time.Microsecond, nil
+				return time.Duration(w) * time.Microsecond, true, nil
 			}
-			err = fmt.Errorf("crawl: reserve: unexpected answer %q", ws)
+			err = fmt.Errorf("crawl: step: unexpected answer %q", ws)
 		}
 	}
-	// Redis is down: this process alone decides, for this agent, at the
-	// rate divided by the agents last known to crawl the domain.
+	// Redis is down: this process alone decides (as Acquire does, and at the
+	// rate divided by the agents last known to crawl the domain).
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := b.agents[domain]
 	if n == 0 {
-		return 0, ErrNoBudget
+		return 0, false, ErrNoBudget
 	}
+	if b.conc[domain] >= limit {
+		return 0, false, nil
+	}
+	b.conc[domain]++
 	key := domain + "|" + agent
 	next := b.local[key]
 	if next.Before(now) {
 		next = now
 	}
 	b.local[key] = next.Add(gap * time.Duration(n))
-	return next.Sub(now), nil
+	return next.Sub(now), true, nil
+}
+
+// SeenBlock is the end of the latest Retry-After block this process
+// recorded for domain (zero when none): a request whose slot came due
+// checks it without asking Redis, so a 429 answered while it waited
+// holds it back.
+func (b *Budget) SeenBlock(domain string) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen[domain]
 }
 
 // ErrNoBudget means the cell's Redis is down and this domain's share was
@@ -184,6 +261,11 @@ func (b *Budget) Release(ctx context.Context, tenant, domain, id string) {
 
 // Block honours a Retry-After for the whole domain until until.
 func (b *Budget) Block(ctx context.Context, tenant, domain string, until time.Time) {
+	b.mu.Lock()
+	if until.After(b.seen[domain]) {
+		b.seen[domain] = until
+	}
+	b.mu.Unlock()
 	rdb, err := b.redis(ctx, tenant)
 	if err == nil {
 		d := until.Sub(b.clock.Now()) + time.Minute

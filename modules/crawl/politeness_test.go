@@ -12,6 +12,7 @@ import (
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"github.com/fleetwright/fleetwright/modules/crawl"
+	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
 // TestBudgetFleetWide: two budgets (two panel replicas) over one Redis
@@ -31,7 +32,7 @@ func TestBudgetFleetWide(t *testing.T) {
 		if i%2 == 1 {
 			bud = b
 		}
-		w, err := bud.Reserve(ctx, "t1", "shop.example", "agent-"+string(rune('a'+i%2)), gap)
+		w, err := reserve(bud, "t1", "shop.example", "agent-"+string(rune('a'+i%2)), gap)
 		require.NoError(t, err)
 		waits = append(waits, w)
 	}
@@ -41,7 +42,7 @@ func TestBudgetFleetWide(t *testing.T) {
 	clk.Advance(time.Second)
 	until := clk.Now().Add(5 * time.Second)
 	a.Block(ctx, "t1", "shop.example", until)
-	w, err := b.Reserve(ctx, "t1", "shop.example", "agent-b", gap)
+	w, err := reserve(b, "t1", "shop.example", "agent-b", gap)
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Second, w)
 	require.True(t, b.BlockedUntil(ctx, "t1", "shop.example", "agent-b").Equal(until.Truncate(time.Millisecond)))
@@ -70,6 +71,16 @@ func TestBudgetFleetWide(t *testing.T) {
 	require.Equal(t, 100*time.Millisecond, d)
 }
 
+// reserve books a slot with Step where the concurrency limit never
+// binds (each call its own slot), so only the schedule in time answers.
+func reserve(b *crawl.Budget, tenant, domain, agent string, gap time.Duration) (time.Duration, error) {
+	w, ok, err := b.Step(context.Background(), tenant, domain, agent, "run", wire.NewID(), gap, 1_000_000, time.Hour)
+	if err == nil && !ok {
+		err = errors.New("no concurrency slot")
+	}
+	return w, err
+}
+
 func msList(ds []time.Duration) []time.Duration {
 	out := make([]time.Duration, len(ds))
 	for i, d := range ds {
@@ -78,28 +89,26 @@ func msList(ds []time.Duration) []time.Duration {
 	return out
 }
 
-// TestBudgetWithoutRedis: while the cell's Redis is down each agent gets
-// the domain's rate divided by the agents last known to crawl it, or
-// nothing when that was never known.
 // TestBudgetKeepsSubMillisecondGaps: a domain's schedule adds up the drawn
 // gaps exactly; whole milliseconds would truncate each jittered gap and
 // run the domain faster than its rate (5 % at a 10 ms delay).
 func TestBudgetKeepsSubMillisecondGaps(t *testing.T) {
-	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	b := crawl.NewBudget(func(context.Context, string) (*redis.Client, error) { return rdb, nil }, clk)
 	var last time.Duration
 	for range 100 {
-		w, err := b.Reserve(ctx, "t1", "fine.example", "agent-a", 1500*time.Microsecond)
+		w, err := reserve(b, "t1", "fine.example", "agent-a", 1500*time.Microsecond)
 		require.NoError(t, err)
 		last = w
 	}
 	require.Equal(t, 99*1500*time.Microsecond, last, "100 slots 1.5 ms apart end 148.5 ms later")
 }
 
+// TestBudgetWithoutRedis: while the cell's Redis is down each agent gets
+// the domain's rate divided by the agents last known to crawl it, or
+// nothing when that was never known.
 func TestBudgetWithoutRedis(t *testing.T) {
-	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	down := false
@@ -111,16 +120,16 @@ func TestBudgetWithoutRedis(t *testing.T) {
 	}
 	bud := crawl.NewBudget(of, clk)
 	gap := 100 * time.Millisecond
-	_, err := bud.Reserve(ctx, "t1", "d.example", "a1", gap)
+	_, err := reserve(bud, "t1", "d.example", "a1", gap)
 	require.NoError(t, err)
-	_, err = bud.Reserve(ctx, "t1", "d.example", "a2", gap)
+	_, err = reserve(bud, "t1", "d.example", "a2", gap)
 	require.NoError(t, err)
 	down = true
-	_, err = bud.Reserve(ctx, "t1", "unknown.example", "a1", gap)
+	_, err = reserve(bud, "t1", "unknown.example", "a1", gap)
 	require.ErrorIs(t, err, crawl.ErrNoBudget)
 	var waits []time.Duration
 	for range 3 {
-		w, err := bud.Reserve(ctx, "t1", "d.example", "a1", gap)
+		w, err := reserve(bud, "t1", "d.example", "a1", gap)
 		require.NoError(t, err)
 		waits = append(waits, w)
 	}
@@ -143,5 +152,87 @@ func TestBackoffFullJitter(t *testing.T) {
 		g := crawl.Gap(time.Second, 0.5)
 		require.GreaterOrEqual(t, g, 500*time.Millisecond)
 		require.LessOrEqual(t, g, 1500*time.Millisecond)
+	}
+}
+
+// TestBudgetStep: one round trip takes a domain's concurrency slot and
+// books its next slot in time (after a Retry-After block too); with every
+// concurrency slot held it books nothing; runs sharing the domain take
+// turns (a run that asked first gets the next free slot, not the run
+// whose own request just ended); a waiter that stopped asking leaves the
+// queue; and it counts as one command at Redis.
+func TestBudgetStep(t *testing.T) {
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	var cmds int
+	rdb.AddHook(countHook{&cmds})
+	clk := clock.NewFake(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	b := crawl.NewBudget(func(context.Context, string) (*redis.Client, error) { return rdb, nil }, clk)
+	gap := 100 * time.Millisecond
+	step := func(run, id string) (time.Duration, bool) {
+		t.Helper()
+		w, ok, err := b.Step(ctx, "t1", "step.example", "agent-a", run, id, gap, 2, time.Minute)
+		require.NoError(t, err)
+		return w, ok
+	}
+	w, ok := step("run-a", "a1")
+	require.True(t, ok)
+	require.Zero(t, w)
+	cmds = 0
+	w, ok = step("run-a", "a2")
+	require.True(t, ok)
+	require.Equal(t, gap, w, "the next slot is a gap later")
+	require.Equal(t, 1, cmds, "a page's politeness is one round trip")
+
+	// Both concurrency slots held by run A: run B waits its turn.
+	_, ok = step("run-b", "b1")
+	require.False(t, ok)
+	// A's request ends; A asks again at once, but it is B's turn.
+	b.Release(ctx, "t1", "step.example", "a1")
+	_, ok = step("run-a", "a3")
+	require.False(t, ok, "a run that waited first gets the free slot")
+	w, ok = step("run-b", "b1")
+	require.True(t, ok)
+	require.Equal(t, 2*gap, w)
+	_, ok = step("run-a", "a3")
+	require.False(t, ok, "both slots held again")
+
+	// A Retry-After block: the slot booked is after it.
+	b.Release(ctx, "t1", "step.example", "a2")
+	until := clk.Now().Add(3 * time.Second)
+	b.Block(ctx, "t1", "step.example", until)
+	require.Equal(t, until, b.SeenBlock("step.example"))
+	w, ok = step("run-a", "a3")
+	require.True(t, ok)
+	require.Equal(t, 3*time.Second, w)
+
+	// A waiter that stopped asking (its run ended) leaves the queue.
+	b.Release(ctx, "t1", "step.example", "a3")
+	b.Release(ctx, "t1", "step.example", "b1")
+	require.True(t, must(step("run-c", "c1")))
+	require.True(t, must(step("run-c", "c2")))
+	require.False(t, must(step("run-d", "d1"))) // d waits, then goes away
+	b.Release(ctx, "t1", "step.example", "c1")
+	require.False(t, must(step("run-c", "c3")), "d's turn")
+	clk.Advance(3 * time.Second)
+	require.True(t, must(step("run-c", "c3")), "d stopped asking: its turn passed")
+}
+
+func must(_ time.Duration, ok bool) bool { return ok }
+
+// countHook counts the commands sent to Redis (a script run is one).
+type countHook struct{ n *int }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		*h.n++
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		*h.n += len(cmds)
+		return next(ctx, cmds)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,8 +56,9 @@ type Runner struct {
 	// tenant uses one only with a recorded authorisation (captcha.go).
 	Solvers map[string]SolverFactory
 
-	readyOnce sync.Once
-	ready     chan struct{}
+	readyOnce    sync.Once
+	ready        chan struct{}
+	defaultsOnce sync.Once
 }
 
 func (r *Runner) readyCh() chan struct{} {
@@ -112,15 +114,19 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if r.Clock == nil {
-		r.Clock = clock.Real{}
-	}
-	if r.NoAgentWait == 0 {
-		r.NoAgentWait = 30 * time.Second
-	}
-	if r.RobotsTTL == 0 {
-		r.RobotsTTL = time.Hour
-	}
+	// Runs execute side by side (River's workers): the defaults are set
+	// once, not by each run.
+	r.defaultsOnce.Do(func() {
+		if r.Clock == nil {
+			r.Clock = clock.Real{}
+		}
+		if r.NoAgentWait == 0 {
+			r.NoAgentWait = 30 * time.Second
+		}
+		if r.RobotsTTL == 0 {
+			r.RobotsTTL = time.Hour
+		}
+	})
 	run, err := r.Store.Run(ctx, tenant, runID)
 	if err != nil {
 		return err
@@ -145,7 +151,13 @@ func (r *Runner) Execute(ctx context.Context, tenant, runID string) error {
 	if err := x.limits(ctx); err != nil {
 		return err
 	}
+	x.items = newItemWriter(ctx, r.Store, r.Clock, log, tenant, job.ID, runID)
 	state, reason := x.loop(ctx)
+	// Every item the run found is written before it reports them.
+	added, changed, failed := x.items.close()
+	x.run.NewItems += added
+	x.run.ChangedItems += changed
+	x.run.Errors += failed
 	end := r.Clock.Now()
 	x.run.State, x.run.Reason, x.run.FinishedAt = state, reason, &end
 	log.Info("crawl run finished", "state", state, "reason", reason, "pages", x.run.Pages, "items", x.run.Items,
@@ -170,7 +182,14 @@ type execution struct {
 	allow  []string
 	ports  []int
 
-	frontier []task
+	// The frontier (frontier.go): a queue per host in round-robin order,
+	// the tasks queued in all, and the request slots booked in the
+	// budget, earliest first.
+	hosts    map[string]*hostQueue
+	order    []*hostQueue
+	nextHost int
+	queued   int
+	booked   []booking
 	seen     map[string]bool
 	keys     map[string]bool
 	domains  map[string]*domainState
@@ -178,6 +197,7 @@ type execution struct {
 	results  chan result
 	trace    map[string]any
 	attempts int // page fetches that ended (for the error rate)
+	items    *itemWriter
 
 	mu        sync.Mutex
 	noCrawler map[string]bool
@@ -262,14 +282,6 @@ func (x *execution) unhold(ctx context.Context, now time.Time) {
 	}
 }
 
-func (x *execution) push(t task) {
-	if x.seen[t.url] {
-		return
-	}
-	x.seen[t.url] = true
-	x.frontier = append(x.frontier, t)
-}
-
 func (x *execution) loop(ctx context.Context) (state, reason string) {
 	j := x.spec
 	for _, u := range j.StartURLs() {
@@ -291,6 +303,7 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
+		x.unbookAll(ctx)
 		for x.inflight > 0 {
 			x.handle(ctx, <-x.results)
 		}
@@ -298,12 +311,14 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 	var noAgentSince time.Time
 	for {
 		now := x.r.Clock.Now()
-		if ctx.Err() == nil && (len(x.frontier) > 0 || x.inflight > 0) {
+		if ctx.Err() == nil && (x.pending() > 0 || x.inflight > 0) {
 			if why := x.held(ctx, now); why != "" {
 				// A pause holds the run: no page starts, pages in flight
 				// finish and are recorded, and the time held counts against
 				// neither the run's run_time nor the wait for an agent.
+				// Booked slots are given back: they would pass while held.
 				x.hold(ctx, now, why)
+				x.unbookAll(ctx)
 				noAgentSince = time.Time{}
 				select {
 				case res := <-x.results:
@@ -338,65 +353,69 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 		if stop != "" {
 			return "stopped", stop
 		}
-		if len(x.frontier) == 0 && x.inflight == 0 {
+		if x.pending() == 0 && x.inflight == 0 {
 			return "succeeded", "done"
 		}
-		// Launch what is ready, up to the run's concurrency.
+		// Send the booked requests whose slot has come, up to the run's
+		// concurrency. A page in flight may still count against the
+		// tenant's pages today: none starts that could pass the limit.
 		launched := false
-		// A page in flight may still count against the tenant's pages
-		// today: none starts that could pass the limit.
-		roomToday := !x.pagesDay.Set || x.pagesToday(ctx, now)+x.inflight < int(x.pagesDay.Value)
-		if x.inflight < j.Limits.Concurrency && roomToday {
-			if i := x.ready(now); i >= 0 {
-				agents := x.agents()
-				if len(agents) == 0 {
-					if x.agentsPaused(now) {
-						// Agents are there, paused on their own: that is a
-						// hold, not a missing crawler.
-						noAgentSince = time.Time{}
-					} else if noAgentSince.IsZero() {
-						noAgentSince = now
-					} else if now.Sub(noAgentSince) > x.r.NoAgentWait {
-						return "failed", "no crawler agent of this tenant is connected (configure a worker of kind crawler on an account)"
+		for len(x.booked) > 0 && !x.booked[0].due.After(now) && x.inflight < j.Limits.Concurrency &&
+			(!x.pagesDay.Set || x.pagesToday(ctx, now)+x.inflight < int(x.pagesDay.Value)) {
+			b := x.booked[0]
+			x.booked = slices.Delete(x.booked, 0, 1)
+			if x.r.Budget.SeenBlock(b.host.name).After(now) {
+				// A 429 answered while it waited for its slot blocks it
+				// too: it books a slot after the block.
+				x.unbook(ctx, b, b.t)
+				continue
+			}
+			var px *Proxy
+			if x.pool != nil {
+				var why string
+				if px, why = x.proxyFor(ctx, b.agent, now); px == nil {
+					if why != "" {
+						return "failed", why
 					}
-				} else {
-					noAgentSince = time.Time{}
-					t := x.frontier[i]
-					x.frontier = append(x.frontier[:i], x.frontier[i+1:]...)
-					if !x.admit(ctx, t) {
-						continue
-					}
-					agent := x.nextAgent(agents)
-					var px *Proxy
-					if x.pool != nil {
-						var why string
-						if px, why = x.proxyFor(ctx, agent, now); px == nil {
-							if why != "" {
-								return "failed", why
-							}
-							// Every proxy is benched: the page waits for the
-							// first bench to end.
-							t.notBefore = x.pool.nextUsable()
-							x.frontier = append(x.frontier, t)
-							continue
-						}
-					}
-					x.recordEgress(ctx, agent, px)
-					x.launch(ctx, t, agent, px)
-					launched = true
+					// Every proxy is benched: the page waits for the
+					// first bench to end.
+					t := b.t
+					t.notBefore = x.pool.nextUsable()
+					x.unbook(ctx, b, t)
 					continue
 				}
 			}
+			x.recordEgress(ctx, b.agent, px)
+			x.launch(ctx, b, px)
+			launched = true
 		}
 		if launched {
 			continue
 		}
-		// Wait for a result, or for the earliest task to become ready.
-		wait := 200 * time.Millisecond
-		if x.inflight == 0 && len(x.frontier) > 0 {
-			if nb := x.earliest(); nb.After(now) {
-				wait = min(nb.Sub(now), wait)
+		// Book request slots for the hosts that may have one.
+		booked := len(x.booked)
+		if x.inflight < j.Limits.Concurrency {
+			if x.book(ctx, now) {
+				noAgentSince = time.Time{}
+			} else if x.agentsPaused(now) {
+				// Agents are there, paused on their own: that is a hold,
+				// not a missing crawler.
+				noAgentSince = time.Time{}
+			} else if noAgentSince.IsZero() {
+				noAgentSince = now
+			} else if now.Sub(noAgentSince) > x.r.NoAgentWait {
+				return "failed", "no crawler agent of this tenant is connected (configure a worker of kind crawler on an account)"
 			}
+		}
+		if len(x.booked) > 0 && !x.booked[0].due.After(now) && len(x.booked) != booked {
+			continue // a slot booked now is due now
+		}
+		// Wait for a result, or for the earliest booked slot, host turn or
+		// backoff; the pause switches and limits are read at least every
+		// 200 ms.
+		wait := 200 * time.Millisecond
+		if at := x.nextWake(now); !at.IsZero() {
+			wait = min(max(at.Sub(now), 0), wait)
 		}
 		select {
 		case res := <-x.results:
@@ -404,43 +423,6 @@ func (x *execution) loop(ctx context.Context) (state, reason string) {
 		case <-x.r.Clock.After(wait):
 		}
 	}
-}
-
-// ready picks the first task that may go now: past its backoff, and whose
-// domain's robots.txt is known (a robots task is queued first otherwise).
-func (x *execution) ready(now time.Time) int {
-	for i, t := range x.frontier {
-		if t.notBefore.After(now) {
-			continue
-		}
-		if t.kind == wire.PageRobots {
-			return i
-		}
-		d := x.domain(hostOf(t.url))
-		if d.robotsDone {
-			return i
-		}
-		if !d.robotsBusy {
-			d.robotsBusy = true
-			if body, ok := x.r.Budget.CachedRobots(context.Background(), x.tenant, hostOf(t.url)); ok {
-				x.setRobots(hostOf(t.url), 200, body)
-				return i
-			}
-			u, _ := url.Parse(t.url)
-			x.frontier = append(x.frontier, task{url: u.Scheme + "://" + u.Host + "/robots.txt", kind: wire.PageRobots})
-		}
-	}
-	return -1
-}
-
-func (x *execution) earliest() time.Time {
-	var nb time.Time
-	for _, t := range x.frontier {
-		if nb.IsZero() || t.notBefore.Before(nb) {
-			nb = t.notBefore
-		}
-	}
-	return nb
 }
 
 func (x *execution) domain(h string) *domainState {
@@ -545,10 +527,11 @@ func (x *execution) nextAgent(agents []string) string {
 	return agents[x.rr%len(agents)]
 }
 
-func (x *execution) launch(ctx context.Context, t task, agent string, px *Proxy) {
-	host := hostOf(t.url)
-	d := x.domain(host)
-	gap := x.gap(d)
+// launch sends a booked request: its slot has come and it takes one of
+// the run's in-flight slots until its result is handled. Its host's
+// concurrency slot is given back when the request ends.
+func (x *execution) launch(ctx context.Context, b booking, px *Proxy) {
+	t, agent, host := b.t, b.agent, b.host.name
 	snapshot := x.trace == nil && t.kind == wire.PageListing
 	if snapshot {
 		x.trace = map[string]any{}
@@ -561,12 +544,13 @@ func (x *execution) launch(ctx context.Context, t task, agent string, px *Proxy)
 	x.inflight++
 	go func() {
 		defer func() { x.results <- res }()
-		p := x.spec.Politeness
-		lease := time.Duration(pt.TimeoutMS)*time.Millisecond + 10*time.Second
+		// Released before the result is handled, so the loop may book
+		// the host's next slot at once.
+		defer x.r.Budget.Release(context.WithoutCancel(ctx), x.tenant, host, b.id)
 		if x.browsers.Set && pt.Render == spec.RenderBrowser && t.kind != wire.PageRobots {
 			// The tenant's browser page loads at once, fleet-wide.
 			slot := browserSlots + x.tenant
-			for !x.r.Budget.Acquire(ctx, x.tenant, slot, pt.TaskID, int(x.browsers.Value), lease) {
+			for !x.r.Budget.Acquire(ctx, x.tenant, slot, pt.TaskID, int(x.browsers.Value), x.lease()) {
 				select {
 				case <-ctx.Done():
 					res.err = ctx.Err()
@@ -576,51 +560,20 @@ func (x *execution) launch(ctx context.Context, t task, agent string, px *Proxy)
 			}
 			defer x.r.Budget.Release(context.WithoutCancel(ctx), x.tenant, slot, pt.TaskID)
 		}
-		for !x.r.Budget.Acquire(ctx, x.tenant, host, pt.TaskID, p.Concurrency, lease) {
-			select {
-			case <-ctx.Done():
-				res.err = ctx.Err()
-				return
-			case <-x.r.Clock.After(20 * time.Millisecond):
-			}
-		}
-		defer x.r.Budget.Release(context.WithoutCancel(ctx), x.tenant, host, pt.TaskID)
-		for {
-			wait, err := x.r.Budget.Reserve(ctx, x.tenant, host, agent, gap)
-			if err == nil {
-				if wait > 0 {
-					select {
-					case <-ctx.Done():
-						res.err = ctx.Err()
-						return
-					case <-x.r.Clock.After(wait):
-					}
-				}
-				// A 429 answered while this request waited for its slot
-				// blocks it too: book a slot after the block.
-				if x.r.Budget.BlockedUntil(ctx, x.tenant, host, agent).After(x.r.Clock.Now()) {
-					continue
-				}
-				break
-			}
-			select {
-			case <-ctx.Done():
-				res.err = ctx.Err()
-				return
-			case <-x.r.Clock.After(time.Second):
-			}
-		}
 		res.res, res.err = x.r.Disp.Crawl(ctx, x.tenant, agent, pt)
 	}()
 }
 
 func (x *execution) pageTask(t task, snapshot bool) wire.PageTask {
 	j := x.spec
-	rules := wire.CrawlRules{Format: j.Extract.Format, Items: j.Extract.Items}
-	for _, name := range j.Extract.Order {
-		f := j.Extract.Fields[name]
-		rules.Fields = append(rules.Fields, wire.CrawlField{Name: name, CSS: f.CSS, Attr: f.Attr, Path: f.Path, All: f.All,
-			Required: f.Required, Transform: f.Transform})
+	rules := wire.CrawlRules{Format: j.Extract.Format}
+	if x.extracts(t.kind) {
+		rules.Items = j.Extract.Items
+		for _, name := range j.Extract.Order {
+			f := j.Extract.Fields[name]
+			rules.Fields = append(rules.Fields, wire.CrawlField{Name: name, CSS: f.CSS, Attr: f.Attr, Path: f.Path, All: f.All,
+				Required: f.Required, Transform: f.Transform})
+		}
 	}
 	if t.kind == wire.PageListing {
 		if j.Follow != nil {
@@ -644,6 +597,14 @@ func (x *execution) pageTask(t task, snapshot bool) wire.PageTask {
 		TimeoutMS: timeout.Milliseconds(), Snapshot: snapshot, Solution: t.solution}
 }
 
+// extracts says whether the job's extract rules apply to pages of kind:
+// with follow, listing pages only lead to item pages (follow links and
+// the next page) and extract is the item pages' rule set; without it,
+// the listing pages are where the items are.
+func (x *execution) extracts(kind string) bool {
+	return kind != wire.PageListing || x.spec.Follow == nil
+}
+
 func (x *execution) figures(host string, f func(*DomainFigures)) {
 	d := x.run.Domains[host]
 	f(&d)
@@ -653,6 +614,9 @@ func (x *execution) figures(host string, f func(*DomainFigures)) {
 func (x *execution) handle(ctx context.Context, r result) {
 	x.inflight--
 	t, res := r.t, r.res
+	if !r.solving {
+		x.hostQ(hostOf(t.url)).busy--
+	}
 	if r.solving {
 		if r.solveErr != nil {
 			x.r.Log.Warn("crawl: captcha not solved", "url", t.url, "err", r.solveErr)
@@ -660,7 +624,7 @@ func (x *execution) handle(ctx context.Context, r result) {
 			return
 		}
 		t.solution = &r.solved
-		x.frontier = append(x.frontier, t)
+		x.requeue(t)
 		return
 	}
 	if r.snapshot && len(x.trace) == 0 && res.Body == "" && res.Headers == nil {
@@ -691,14 +655,14 @@ func (x *execution) handle(ctx context.Context, r result) {
 		}
 		x.pausedAgent[r.agent] = now.Add(pausedAgentWait)
 		x.mu.Unlock()
-		x.frontier = append(x.frontier, t)
+		x.requeue(t)
 		return
 	}
 	if res.Error == wire.PageNoCrawler {
 		x.mu.Lock()
 		x.noCrawler[r.agent] = true
 		x.mu.Unlock()
-		x.frontier = append(x.frontier, t)
+		x.requeue(t)
 		return
 	}
 	if r.proxy != "" {
@@ -787,6 +751,11 @@ func (x *execution) handle(ctx context.Context, r result) {
 	}
 	x.attempts++
 	x.run.Pages++
+	if !x.extracts(t.kind) {
+		// An agent that still extracts every page (an older build) sent
+		// the listing's items and misses: they are not this page's.
+		res.Items, res.Missing = nil, nil
+	}
 	x.run.SelectorFailures += len(res.Missing)
 	keyed := map[string]map[string]any{}
 	for _, it := range res.Items {
@@ -803,13 +772,7 @@ func (x *execution) handle(ctx context.Context, r result) {
 			x.run.Items++
 		}
 	}
-	added, changed, err := x.r.Store.SaveItems(ctx, x.tenant, x.job.ID, x.run.ID, keyed, now)
-	if err != nil {
-		x.r.Log.Error("crawl: save items", "err", err)
-		x.run.Errors++
-	}
-	x.run.NewItems += added
-	x.run.ChangedItems += changed
+	x.items.add(keyed, now)
 	for _, l := range res.Links {
 		x.push(task{url: l, kind: wire.PageItem})
 	}
@@ -869,7 +832,7 @@ func (x *execution) retry(t task, now time.Time, counts bool) bool {
 		t.attempt++
 	}
 	t.notBefore = now.Add(Backoff(t.attempt, p.BackoffBaseD, p.BackoffCapD))
-	x.frontier = append(x.frontier, t)
+	x.requeue(t)
 	return true
 }
 

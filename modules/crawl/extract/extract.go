@@ -27,7 +27,8 @@ type Result struct {
 }
 
 // Page extracts from body, fetched from pageURL. kind is wire.PageListing
-// (items, links and next page) or wire.PageItem (items only).
+// (items, links and next page) or wire.PageItem (items only). Rules
+// without fields extract no item.
 func Page(body []byte, pageURL, kind string, r wire.CrawlRules, allowed []string) (Result, error) {
 	base, err := url.Parse(pageURL)
 	if err != nil {
@@ -54,6 +55,11 @@ func pageHTML(body []byte, base *url.URL, kind string, r wire.CrawlRules, allowe
 	roots := doc.Selection
 	if r.Items != "" {
 		roots = doc.Find(r.Items)
+	}
+	if len(r.Fields) == 0 {
+		// No fields: this page has no extract rules (a listing page of a
+		// job that follows links), so it yields no item, not an empty one.
+		roots = roots.Slice(0, 0)
 	}
 	roots.Each(func(_ int, root *goquery.Selection) {
 		item := wire.CrawlItem{}
@@ -195,6 +201,9 @@ func pageJSON(body []byte, base *url.URL, kind string, r wire.CrawlRules, allowe
 			return Result{}, fmt.Errorf("extract: items path: %w", err)
 		}
 		roots = p.Select(doc)
+	}
+	if len(r.Fields) == 0 {
+		roots = nil // no extract rules for this page (see pageHTML)
 	}
 	paths := map[string]*jsonpath.Path{}
 	for _, f := range r.Fields {

@@ -127,3 +127,23 @@ func TestTransforms(t *testing.T) {
 		require.Equal(t, c.want, v, c.in)
 	}
 }
+
+// TestNoFieldsNoItems: rules without fields (a listing page of a job that
+// follows links) yield links and the next page, and no item: not one
+// empty item for the page's root.
+func TestNoFieldsNoItems(t *testing.T) {
+	s, err := catalog.Start(catalog.Config{Hosts: []string{"127.0.0.11"}, Items: 45})
+	require.NoError(t, err)
+	defer s.Close()
+	base := s.URLs()[0]
+	rules := wire.CrawlRules{Format: "html", FollowCSS: "li.product a.title", NextCSS: "a.next"}
+	res, err := extract.Page(fetch(t, base+"/catalog?page=1"), base+"/catalog?page=1", wire.PageListing, rules, []string{"127.0.0.11"})
+	require.NoError(t, err)
+	require.Empty(t, res.Items)
+	require.Empty(t, res.Missing)
+	require.Len(t, res.Links, 20)
+	require.Equal(t, base+"/catalog?page=2", res.Next)
+	res, err = extract.Page([]byte(`{"items": [{"a": 1}]}`), base+"/api", wire.PageListing, wire.CrawlRules{Format: "json"}, nil)
+	require.NoError(t, err)
+	require.Empty(t, res.Items)
+}
