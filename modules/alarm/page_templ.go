@@ -280,7 +280,7 @@ func alarmsPage(p views.Page, m pageModel) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "</select></label><div class=\"actions\"><button type=\"submit\">Filter</button></div></form><section class=\"card flush alarms\"><table class=\"data\" data-testid=\"alarms\"><thead><tr><th>What</th><th>Tenant</th><th>Raised</th><th>Last seen</th><th class=\"right\" title=\"how many times the condition was seen while open\">Seen</th><th>State</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "</select></label><div class=\"actions\"><button type=\"submit\">Filter</button></div></form><section class=\"card flush alarms\"><table class=\"data stack-sm\" data-testid=\"alarms\"><thead><tr><th>What</th><th>Tenant</th><th>Raised</th><th>Last seen</th><th class=\"right\" title=\"how many times the condition was seen while open\">Seen</th><th>State</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
