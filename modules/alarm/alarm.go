@@ -87,6 +87,21 @@ type Open struct {
 	Count      int
 	ResolvedAt *time.Time
 	ResolvedBy string
+	// AcknowledgedAt and AcknowledgedBy say that a person took it on.
+	AcknowledgedAt *time.Time
+	AcknowledgedBy string
+	// SilencedUntil is when a silence set by SilencedBy (at SilencedAt)
+	// ends; nil when it was never silenced. See Silenced.
+	SilencedAt    *time.Time
+	SilencedUntil *time.Time
+	SilencedBy    string
+}
+
+// Silenced reports whether the alarm is silenced at now: open, with a
+// silence that ends after now. A silenced alarm is listed on the alarms
+// page but not counted in the attention strip, and not notified again.
+func (o Open) Silenced(now time.Time) bool {
+	return o.ResolvedAt == nil && o.SilencedUntil != nil && o.SilencedUntil.After(now)
 }
 
 // Conn is where an alarm is written: a *pgxpool.Pool (the alarm commits in
@@ -139,6 +154,7 @@ func Raise(ctx context.Context, c Conn, a Alarm) (opened bool, err error) {
 		return false, err
 	}
 	var id int64
+	var silenced bool
 	err = inTenant(ctx, c, a.Tenant, func(tx pgx.Tx) error {
 		at := nullTime(a.At)
 		// Refresh first: the common case for a condition seen on every sweep.
@@ -152,11 +168,18 @@ func Raise(ctx context.Context, c Conn, a Alarm) (opened bool, err error) {
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		// ON CONFLICT covers two raisers racing to open the same alarm.
-		err = tx.QueryRow(ctx, `INSERT INTO alarms (kind, key, severity, summary, detail, link, raised_at, last_seen_at)
-			VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, clock_timestamp()), COALESCE($7, clock_timestamp()))
-			ON CONFLICT (tenant_id, kind, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id`,
-			a.Kind, a.Key, string(a.Severity), a.Summary, a.Detail, a.Link, at).Scan(&id)
+		// ON CONFLICT covers two raisers racing to open the same alarm. A
+		// silence of the same condition that has not ended yet carries over
+		// (a flapping condition stays quiet for as long as a person said).
+		err = tx.QueryRow(ctx, `INSERT INTO alarms (kind, key, severity, summary, detail, link, raised_at, last_seen_at,
+				silenced_at, silenced_until, silenced_by)
+			SELECT $1, $2, $3, $4, $5, $6, COALESCE($7, clock_timestamp()), COALESCE($7, clock_timestamp()),
+				s.silenced_at, s.silenced_until, s.silenced_by
+			FROM (SELECT 1) one LEFT JOIN LATERAL (SELECT silenced_at, silenced_until, silenced_by FROM alarms
+				WHERE tenant_id = app_tenant() AND kind = $1 AND key = $2 AND silenced_until > COALESCE($7, clock_timestamp())
+				ORDER BY silenced_until DESC LIMIT 1) s ON true
+			ON CONFLICT (tenant_id, kind, key) WHERE resolved_at IS NULL DO NOTHING RETURNING id, silenced_until IS NOT NULL`,
+			a.Kind, a.Key, string(a.Severity), a.Summary, a.Detail, a.Link, at).Scan(&id, &silenced)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -164,13 +187,19 @@ func Raise(ctx context.Context, c Conn, a Alarm) (opened bool, err error) {
 			return err
 		}
 		opened = true
+		if silenced {
+			return nil // no event: the channels are not told while it is silenced
+		}
 		_, err = tx.Exec(ctx, `INSERT INTO alarm_events (alarm_id, event, at) VALUES ($1, 'raised', COALESCE($2, clock_timestamp()))`, id, at)
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("alarm: raise %s %s: %w", a.Kind, a.Key, err)
 	}
-	if opened {
+	if opened && silenced {
+		slog.Default().Info("alarm raised while silenced", "id", id, "kind", a.Kind, "key", a.Key, "tenant", a.Tenant,
+			"severity", string(a.Severity), "summary", a.Summary)
+	} else if opened {
 		level := slog.LevelWarn
 		if a.Severity == Info {
 			level = slog.LevelInfo
@@ -216,7 +245,11 @@ func resolve(ctx context.Context, c Conn, tenant, kind, key, by string, at time.
 			return err
 		}
 		closed = true
-		_, err = tx.Exec(ctx, `INSERT INTO alarm_events (alarm_id, event, at) VALUES ($1, 'resolved', COALESCE($2, clock_timestamp()))`, id, nullTime(at))
+		// The channels hear of the end of what they heard of: an alarm
+		// opened while silenced ends as quietly as it began.
+		_, err = tx.Exec(ctx, `INSERT INTO alarm_events (alarm_id, event, at)
+			SELECT $1, 'resolved', COALESCE($2, clock_timestamp())
+			WHERE EXISTS (SELECT 1 FROM alarm_events WHERE alarm_id = $1 AND event = 'raised')`, id, nullTime(at))
 		return err
 	})
 	if err != nil {
@@ -255,7 +288,8 @@ func List(ctx context.Context, tx pgx.Tx, openOnly bool, limit int) ([]Open, err
 		limit = 200
 	}
 	rows, err := tx.Query(ctx, `SELECT id, tenant_id::text, kind, key, severity, summary, detail, link,
-			raised_at, last_seen_at, raised_count, resolved_at, COALESCE(resolved_by, '')
+			raised_at, last_seen_at, raised_count, resolved_at, COALESCE(resolved_by, ''),
+			acknowledged_at, COALESCE(acknowledged_by, ''), silenced_at, silenced_until, COALESCE(silenced_by, '')
 		FROM alarms WHERE NOT $1 OR resolved_at IS NULL
 		ORDER BY resolved_at IS NOT NULL, CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, raised_at DESC, id DESC
 		LIMIT $2`, openOnly, limit)
@@ -266,7 +300,8 @@ func List(ctx context.Context, tx pgx.Tx, openOnly bool, limit int) ([]Open, err
 		var o Open
 		var sev string
 		err := r.Scan(&o.ID, &o.Tenant, &o.Kind, &o.Key, &sev, &o.Summary, &o.Detail, &o.Link,
-			&o.RaisedAt, &o.LastSeenAt, &o.Count, &o.ResolvedAt, &o.ResolvedBy)
+			&o.RaisedAt, &o.LastSeenAt, &o.Count, &o.ResolvedAt, &o.ResolvedBy,
+			&o.AcknowledgedAt, &o.AcknowledgedBy, &o.SilencedAt, &o.SilencedUntil, &o.SilencedBy)
 		o.Severity = Severity(sev)
 		return o, err
 	})

@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
 	"github.com/fleetwright/fleetwright/app/server"
 	"github.com/fleetwright/fleetwright/modules/audit"
@@ -24,18 +26,31 @@ type Deps struct {
 	DB    *pgxpool.Pool
 	Shell *auth.Shell
 	Log   *slog.Logger
+	// Clock is when now is: silences start and end on it (nil: the real
+	// clock).
+	Clock clock.Clock
 }
 
-// Mount declares the alarms page and the resolve actions: a tenant's
-// alarms are resolved by whoever steers its fleet, the system's by an admin;
-// both are audited.
+func (d Deps) now() time.Time {
+	if d.Clock == nil {
+		return time.Now()
+	}
+	return d.Clock.Now()
+}
+
+// Mount declares the alarms page and a person's actions on an open alarm
+// (acknowledge, silence for a while, end the silence, resolve): on a
+// tenant's alarms by whoever steers its fleet, on the system's by an admin;
+// each is audited.
 func Mount(r chi.Router, d Deps) {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	r.Method(http.MethodGet, "/alarms", auth.Require(auth.Self, d.page))
-	r.Method(http.MethodPost, "/t/{tenant}/alarms/{id}/resolve", auth.Require(auth.FleetSteer, d.resolveTenant))
-	r.Method(http.MethodPost, "/admin/alarms/{id}/resolve", auth.Require(auth.SettingsManage, d.resolveSystem))
+	for _, a := range []string{"resolve", "acknowledge", "silence", "unsilence"} {
+		r.Method(http.MethodPost, "/t/{tenant}/alarms/{id}/"+a, auth.Require(auth.FleetSteer, d.tenantAction(a)))
+		r.Method(http.MethodPost, "/admin/alarms/{id}/"+a, auth.Require(auth.SettingsManage, d.systemAction(a)))
+	}
 	d.Shell.AddNav(auth.NavItem{Section: "Activity", Label: "Alarms", Href: "/alarms", Perm: auth.Self, Order: 90})
 }
 
@@ -43,7 +58,33 @@ func Mount(r chi.Router, d Deps) {
 type Row struct {
 	Open
 	Slug, TenantName string
-	CanResolve       bool
+	// CanAct: the user may acknowledge, silence and resolve it (it is open).
+	CanAct bool
+}
+
+// States the page filters by: open is every alarm not resolved
+// (acknowledged and silenced ones too, each marked).
+const (
+	StateOpen         = "open"
+	StateAcknowledged = "acknowledged"
+	StateSilenced     = "silenced"
+	StateResolved     = "resolved"
+	StateAll          = "all"
+)
+
+// inState reports whether a is in the page's state filter at now.
+func inState(a Open, state string, now time.Time) bool {
+	switch state {
+	case StateAcknowledged:
+		return a.ResolvedAt == nil && a.AcknowledgedAt != nil
+	case StateSilenced:
+		return a.Silenced(now)
+	case StateResolved:
+		return a.ResolvedAt != nil
+	case StateAll:
+		return true
+	}
+	return a.ResolvedAt == nil
 }
 
 type pageModel struct {
@@ -52,7 +93,9 @@ type pageModel struct {
 	Admin   bool
 	Tenant  string // filter: a slug, "system" or ""
 	Kind    string // filter: an alarm kind or ""
-	All     bool   // resolved ones too
+	State   string // filter: one of the State constants
+	// Back is this page with its filters: where an action returns to.
+	Back string
 	// Kinds are the kinds among the rows before the kind filter.
 	Kinds []string
 	Now   time.Time
@@ -63,18 +106,26 @@ type pageModel struct {
 func (d Deps) page(w http.ResponseWriter, r *http.Request) {
 	u := auth.UserFrom(r.Context())
 	q := r.URL.Query()
-	m := pageModel{Tenants: u.Tenants, Admin: u.Role == auth.Admin, Tenant: q.Get("tenant"), Kind: q.Get("kind"), All: q.Get("state") == "all", Now: time.Now()}
+	m := pageModel{Tenants: u.Tenants, Admin: u.Role == auth.Admin, Tenant: q.Get("tenant"), Kind: q.Get("kind"), State: q.Get("state"), Now: d.now(), Back: r.URL.RequestURI()}
+	switch m.State {
+	case StateAcknowledged, StateSilenced, StateResolved, StateAll:
+	default:
+		m.State = StateOpen
+	}
+	openOnly := m.State != StateResolved && m.State != StateAll
 	steer := u.Has(auth.FleetSteer)
 	add := func(id, slug, name string, can bool) error {
 		if m.Tenant != "" && m.Tenant != slug {
 			return nil
 		}
-		list, err := ListTenant(r.Context(), d.DB, id, !m.All, 200)
+		list, err := ListTenant(r.Context(), d.DB, id, openOnly, 200)
 		if err != nil {
 			return err
 		}
 		for _, a := range list {
-			m.Rows = append(m.Rows, Row{Open: a, Slug: slug, TenantName: name, CanResolve: can && a.ResolvedAt == nil})
+			if inState(a, m.State, m.Now) {
+				m.Rows = append(m.Rows, Row{Open: a, Slug: slug, TenantName: name, CanAct: can && a.ResolvedAt == nil})
+			}
 		}
 		return nil
 	}
@@ -131,46 +182,118 @@ func rank(s Severity) int {
 	return 2
 }
 
-func (d Deps) resolveTenant(w http.ResponseWriter, r *http.Request) {
-	t, _ := auth.TenantFrom(r.Context())
-	d.resolve(w, r, t.ID, "/alarms?tenant="+t.Slug)
+func (d Deps) tenantAction(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		t, _ := auth.TenantFrom(r.Context())
+		d.act(w, r, action, t.ID, t.Slug)
+	}
 }
 
-func (d Deps) resolveSystem(w http.ResponseWriter, r *http.Request) {
-	d.resolve(w, r, System, "/alarms?tenant=system")
+func (d Deps) systemAction(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { d.act(w, r, action, System, "system") }
 }
 
-// resolve closes one alarm by hand, audited in the alarm's tenant's chain.
-func (d Deps) resolve(w http.ResponseWriter, r *http.Request, tenant, back string) {
+// back is where an action returns to: the page the form was on (its
+// filters kept), else the alarms of the tenant.
+func back(r *http.Request, slug string) string {
+	if b := r.PostFormValue("back"); strings.HasPrefix(b, "/alarms") && !strings.HasPrefix(b, "//") {
+		return b
+	}
+	return "/alarms?tenant=" + slug
+}
+
+// act is a person's action on one open alarm, audited in the alarm's
+// tenant's chain in the same transaction.
+func (d Deps) act(w http.ResponseWriter, r *http.Request, action, tenant, slug string) {
 	u := auth.UserFrom(r.Context())
 	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
 	if err != nil {
 		auth.NotFound(w, r)
 		return
 	}
-	var closed bool
-	err = db.InTenant(r.Context(), d.DB, tenant, func(tx pgx.Tx) error {
-		var kind, key string
-		if err := tx.QueryRow(r.Context(), `SELECT kind, key FROM alarms WHERE id = $1 AND tenant_id = app_tenant() AND resolved_at IS NULL`, id).
-			Scan(&kind, &key); err != nil {
-			return err
+	now := d.now()
+	var silence time.Duration
+	if action == "silence" {
+		for _, c := range SilenceChoices {
+			if r.PostFormValue("for") == c.String() {
+				silence = c
+			}
 		}
-		var err error
-		if closed, err = resolve(r.Context(), tx, tenant, kind, key, u.Email, time.Time{}); err != nil || !closed {
-			return err
+		if silence == 0 {
+			auth.Flash(w, "bad", "Not silenced: choose how long to silence it for ("+choiceWords()+").")
+			http.Redirect(w, r, back(r, slug), http.StatusSeeOther)
+			return
+		}
+	}
+	var done string
+	err = db.InTenant(r.Context(), d.DB, tenant, func(tx pgx.Tx) error {
+		var h Hand
+		detail := map[string]any{"alarm_id": id}
+		switch action {
+		case "resolve":
+			if err := tx.QueryRow(r.Context(), `SELECT kind, key FROM alarms WHERE id = $1 AND tenant_id = app_tenant() AND resolved_at IS NULL`, id).
+				Scan(&h.Kind, &h.Key); err != nil {
+				return err
+			}
+			closed, err := resolve(r.Context(), tx, tenant, h.Kind, h.Key, u.Email, now)
+			if err != nil {
+				return err
+			}
+			if !closed {
+				return pgx.ErrNoRows
+			}
+			done = "Alarm resolved. It opens again if its condition is seen again."
+		case "acknowledge":
+			if h, err = Acknowledge(r.Context(), tx, id, u.Email, now); err != nil {
+				return err
+			}
+			done = "Alarm acknowledged: the alarms page shows that you are on it."
+		case "silence":
+			if h, err = Silence(r.Context(), tx, id, silence, u.Email, now); err != nil {
+				return err
+			}
+			detail["for"], detail["until"] = silence.String(), h.Until.UTC().Format(time.RFC3339)
+			done = "Alarm silenced until " + stamp(now, h.Until) + ": not counted in the attention strip and not notified again until then."
+		case "unsilence":
+			if h, err = Unsilence(r.Context(), tx, id, now); err != nil {
+				return err
+			}
+			done = "Silence ended: the alarm counts again."
 		}
 		return audit.Append(r.Context(), tx, audit.Entry{ActorID: u.ID, Actor: u.Email, IP: server.ClientIP(r),
-			Action: "alarm.resolve", Target: kind + " " + key, Detail: map[string]any{"alarm_id": id}})
+			Action: "alarm." + action, Target: h.Kind + " " + h.Key, Detail: detail})
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		auth.Flash(w, "warn", "That alarm is resolved already.")
+		auth.Flash(w, "warn", "Nothing changed: that alarm is resolved already (or its silence had ended).")
 	case err != nil:
-		d.Log.Error("resolve alarm failed", "err", err)
+		d.Log.Error("alarm action failed", "action", action, "err", err)
 		auth.ServerError(w, r)
 		return
 	default:
-		auth.Flash(w, "ok", "Alarm resolved. It opens again if its condition is seen again.")
+		auth.Flash(w, "ok", done)
 	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	http.Redirect(w, r, back(r, slug), http.StatusSeeOther)
+}
+
+// choiceWords lists the silence durations in words.
+func choiceWords() string {
+	var out []string
+	for _, c := range SilenceChoices {
+		out = append(out, durationWords(c))
+	}
+	return strings.Join(out, ", ")
+}
+
+// durationWords is a silence's length as people say it.
+func durationWords(d time.Duration) string {
+	switch {
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + " min"
+	case d < 24*time.Hour:
+		return strconv.Itoa(int(d.Hours())) + " h"
+	case d == 24*time.Hour:
+		return "1 day"
+	}
+	return strconv.Itoa(int(d.Hours())/24) + " days"
 }

@@ -33,9 +33,10 @@ var attentionSQL = []string{
 	 WHERE ag.retired_at IS NULL AND NOT (ag.connected AND EXISTS (SELECT 1 FROM panel_replicas r
 	       WHERE r.id = ag.replica_id AND r.last_seen > now() - make_interval(secs => $1)))
 	 ORDER BY ag.last_seen NULLS FIRST, ag.name`,
-	// Open alarms, worst first.
+	// Open alarms, worst first; a silenced one is not counted until its
+	// silence ends ($1 is now, on the console's clock).
 	`SELECT id, kind, key, severity, summary, link FROM alarms
-	 WHERE tenant_id = app_tenant() AND resolved_at IS NULL
+	 WHERE tenant_id = app_tenant() AND resolved_at IS NULL AND NOT COALESCE(silenced_until > $1, false)
 	 ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, raised_at DESC LIMIT 500`,
 	// Claim reviews waiting for a person.
 	`SELECT count(*), min(requested_at) FROM claim_reviews WHERE state = 'PENDING'`,
@@ -73,12 +74,13 @@ type tenantAttention struct {
 	PausedBy     string
 }
 
-func readTenantAttention(ctx context.Context, src Sources, tenantID string) (tenantAttention, error) {
+func readTenantAttention(ctx context.Context, src Sources, tenantID string, now time.Time) (tenantAttention, error) {
 	var ta tenantAttention
 	b := &pgx.Batch{}
 	b.Queue("SELECT set_config('app.tenant_id', $1, true)", tenantID)
 	b.Queue(attentionSQL[0], fleet.LiveWindow.Seconds())
-	for _, q := range attentionSQL[1:] {
+	b.Queue(attentionSQL[1], now)
+	for _, q := range attentionSQL[2:] {
 		b.Queue(q)
 	}
 	br := src.DB.SendBatch(ctx, b)
@@ -161,7 +163,7 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 		if many {
 			name = t.Name
 		}
-		ta, err := readTenantAttention(ctx, src, t.ID)
+		ta, err := readTenantAttention(ctx, src, t.ID, now)
 		if err != nil {
 			a.Failed = true
 			continue
@@ -193,6 +195,9 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 		} else {
 			var sys []openAlarm
 			for _, o := range list {
+				if o.Silenced(now) {
+					continue
+				}
 				sys = append(sys, openAlarm{ID: o.ID, Kind: o.Kind, Key: o.Key, Severity: string(o.Severity), Summary: o.Summary, Link: o.Link})
 			}
 			addAlarms(add, "", "system", sys, cellsKnown)

@@ -288,3 +288,23 @@ func agentInTenantTx(ctx context.Context, tx pgx.Tx, tenant, agentID string) (bo
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agents WHERE id::text = $1 AND tenant_id = $2)`, agentID, tenant).Scan(&ok)
 	return ok, err
 }
+
+// GlobalAssistantLimits reads the installation's limits for enrolled
+// assistants alone (the Limits pages' assistant section), with spend per
+// day from the global model_spend_day limit.
+func (s *Store) GlobalAssistantLimits(ctx context.Context) (wire.AssistantLimitSet, error) {
+	var g wire.AssistantLimitSet
+	var gb []byte
+	if err := s.pool.QueryRow(ctx, `SELECT assistant_limits FROM fleet_switches`).Scan(&gb); err != nil {
+		return g, fmt.Errorf("fleet: global assistant limits: %w", err)
+	}
+	if err := json.Unmarshal(gb, &g); err != nil {
+		return g, fmt.Errorf("fleet: global assistant limits: %w", err)
+	}
+	lim, err := limit.Load(ctx, s.pool, limit.Global)
+	if err != nil {
+		return g, fmt.Errorf("fleet: global assistant limits: %w", err)
+	}
+	g.DayCostUSD = spendUSD(lim.Global)
+	return g, nil
+}

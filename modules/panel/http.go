@@ -120,7 +120,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		r.Use(acct.Middleware)
 		console.Mount(r, console.Deps{DB: d.DB, Health: d.Health, Version: d.Version, Shell: shell,
 			Claims: d.Claims, Fleet: d.Fleet, Schedules: d.Schedules, Clock: d.Clock})
-		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log})
+		alarm.Mount(r, alarm.Deps{DB: d.DB, Shell: shell, Log: d.Log, Clock: d.Clock})
 		limit.Mount(r, limit.Deps{DB: d.DB, Shell: shell, Log: d.Log, Notify: fleet.LimitNotifier{}})
 		retention.Mount(r, retention.Deps{DB: d.DB, Schedules: d.Schedules, Shell: shell, Log: d.Log, Clock: d.Clock})
 		if d.Schedules != nil {

@@ -324,7 +324,8 @@ func TestPanelLimitsConsoleTaskAlarmAndRetirement(t *testing.T) {
 	f, err := b.store.List(ctx, b.tenant)
 	require.NoError(t, err)
 	var page bytes.Buffer
-	require.NoError(t, fleetweb.Page(views.Page{Title: "Fleet"}, fleetweb.PageModel{Slug: "acme", Fleet: f, CanSteer: true, CanSettings: true, Limits: *lim, Now: time.Now()}).Render(ctx, &page))
+	require.NoError(t, fleetweb.AssistantsPage(views.Page{Title: "Assistants"}, fleetweb.PageModel{Slug: "acme", Fleet: f, CanSteer: true, CanSettings: true, Limits: *lim, Now: time.Now()}).Render(ctx, &page))
+	require.NoError(t, fleetweb.GlobalLimitsPage(views.Page{Title: "Assistant limits"}, lim.Global, true, "").Render(ctx, &page))
 	for _, want := range []string{`data-testid="assistant-start-agent-assistant-limits"`, `data-testid="assistant-limits-tenant"`,
 		`data-testid="assistant-limits-global"`, `name="task_steps" value="3"`, `name="task_steps" value="2"`, `<span class="mono">$5</span>`} {
 		require.Contains(t, page.String(), want)

@@ -81,7 +81,7 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 
 	var tokens []string
 	for i := 1; i <= 3; i++ {
-		nav("/t/acme/fleet")
+		nav("/t/acme/fleet/accounts")
 		form := p.MustElement(`[data-testid="add-account"]`)
 		form.MustElement(`input[name="key"]`).MustInput(fmt.Sprintf("acct-%d", i))
 		form.MustElement(`input[name="board_url"]`).MustSelectAllText().MustInput("http://127.0.0.1:9")
@@ -118,9 +118,12 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "fleet.png"), data, 0o644))
 	}
+	// The actions are on the agent's own page, one click from its row.
 	row := p.MustElement(`[data-testid="agent-agent-acct-2"]`)
-	submit(row.MustElement(`[data-testid="pause"]`))
+	submit(row.MustElement(`[data-testid="agent-open"]`))
+	submit(p.MustElement(`[data-testid="agent-actions"] [data-testid="pause"]`))
 	require.Contains(t, p.MustElement(`[data-testid="flash"]`).MustText(), "Sent pause")
+	nav("/t/acme/fleet")
 	require.Eventually(t, func() bool {
 		has, _, _ := p.Has(`[data-testid="agent-agent-acct-2"] [data-testid="paused"]`)
 		return has
@@ -169,7 +172,8 @@ func TestConsoleSeesRealAgentsAndPausesOne(t *testing.T) {
 	require.NotNil(t, m, issue.Output())
 	require.NotEqual(t, tokens[2], m[1])
 	nav("/t/acme/fleet")
-	require.Contains(t, p.MustElement(`[data-testid="agent-agent-acct-3"]`).MustText(), m[1][len(m[1])-4:])
+	submit(p.MustElement(`[data-testid="agent-agent-acct-3"] [data-testid="agent-open"]`))
+	require.Contains(t, p.MustElement(`[data-testid="agent-detail"]`).MustText(), m[1][len(m[1])-4:])
 }
 
 func boardPassword(i int) string { return fmt.Sprintf("board-Password-%d-xq7", i) }

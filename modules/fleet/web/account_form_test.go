@@ -64,7 +64,7 @@ func TestAddAnAccountKeepsWhatWasTyped(t *testing.T) {
 	require.Len(t, f.Accounts, 1)
 	require.Equal(t, "assistant", f.Accounts[0].Workers[0].Kind)
 	// The next account's form starts from the tenant's board and client.
-	_, body = paneltest.Do(t, oc, "GET", base, nil)
+	_, body = paneltest.Do(t, oc, "GET", base+"/accounts", nil)
 	require.Contains(t, body, `name="board_url" value="http://127.0.0.1:9"`)
 	require.Contains(t, body, `name="client" value="Acme Logistics"`)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/auth"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/wire"
+	"github.com/fleetwright/fleetwright/views"
 )
 
 type wireLimitSet = wire.AssistantLimitSet
@@ -41,7 +42,24 @@ func wallField(seconds int) string {
 func mountAssistant(r chi.Router, d Deps) {
 	r.Method(http.MethodPost, "/t/{tenant}/fleet/agents/{agent}/assistant-task", auth.Require(auth.FleetSteer, d.ownAgent(d.startAssistantTask)))
 	r.Method(http.MethodPost, "/t/{tenant}/fleet/assistant-limits", auth.Require(auth.FleetSteer, d.tenantLimits))
-	r.Method(http.MethodPost, "/t/{tenant}/fleet/assistant-limits/global", auth.Require(auth.SettingsManage, d.globalLimits))
+	r.Method(http.MethodGet, "/limits/assistants", auth.Require(auth.Self, d.globalLimitsPage))
+	r.Method(http.MethodPost, "/admin/assistant-limits", auth.Require(auth.SettingsManage, d.globalLimits))
+}
+
+// globalLimitsPage shows the installation-wide assistant limits to every
+// signed-in user (like /limits); admins change them.
+func (d Deps) globalLimitsPage(w http.ResponseWriter, r *http.Request) {
+	d.renderGlobal(w, r, http.StatusOK, "")
+}
+
+func (d Deps) renderGlobal(w http.ResponseWriter, r *http.Request, status int, errText string) {
+	g, err := d.Store.GlobalAssistantLimits(r.Context())
+	if err != nil {
+		d.Log.Error("global assistant limits", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	views.Render(w, r, status, GlobalLimitsPage(d.Shell.Page(w, r, "Assistant limits"), g, auth.UserFrom(r.Context()).Has(auth.SettingsManage), errText))
 }
 
 func (d Deps) startAssistantTask(w http.ResponseWriter, r *http.Request) {
@@ -56,9 +74,9 @@ func (d Deps) startAssistantTask(w http.ResponseWriter, r *http.Request) {
 	var inv fleet.Invalid
 	switch {
 	case errors.As(err, &inv):
-		d.refused(w, r, errors.New("The task was not started: "+inv.Error()+"."))
+		d.refused(w, r, viewAssistants, errors.New("The task was not started: "+inv.Error()+"."))
 	case errors.Is(err, fleet.ErrNotAssistant):
-		d.refused(w, r, errors.New("The task was not started: that agent is not an enrolled assistant."))
+		d.refused(w, r, viewAssistants, errors.New("The task was not started: that agent is not an enrolled assistant."))
 	case err != nil:
 		d.Log.Warn("start assistant task", "err", err)
 		d.back(w, r, "bad", "The task was not started: "+d.shown(err))
@@ -118,14 +136,24 @@ func (d Deps) tenantLimits(w http.ResponseWriter, r *http.Request) {
 	d.saveLimits(w, r, t.ID, "this tenant's")
 }
 
+// globalLimits saves the installation's assistant limits (an admin).
 func (d Deps) globalLimits(w http.ResponseWriter, r *http.Request) {
-	t, ok := auth.UserFrom(r.Context()).Tenant(chi.URLParam(r, auth.TenantParam))
-	if !ok {
-		auth.Forbidden(w, r)
-		return
+	set, err := parseLimitSet(r)
+	if err == nil {
+		err = d.Store.SetAssistantLimits(r.Context(), "", set, actor(r))
 	}
-	r = r.WithContext(auth.WithTenant(r.Context(), t))
-	d.saveLimits(w, r, "", "the installation's")
+	var inv fleet.Invalid
+	switch {
+	case errors.As(err, &inv):
+		d.renderGlobal(w, r, http.StatusUnprocessableEntity, "The limits were not saved: "+inv.Error()+".")
+		return
+	case err != nil:
+		d.Log.Warn("assistant limits", "err", err)
+		auth.Flash(w, "bad", "The limits were not saved: "+d.shown(err))
+	default:
+		auth.Flash(w, "ok", "Saved the installation's assistant limits; connected assistants apply them at their next step.")
+	}
+	http.Redirect(w, r, "/limits/assistants", http.StatusSeeOther)
 }
 
 func (d Deps) saveLimits(w http.ResponseWriter, r *http.Request, tenant, whose string) {
@@ -136,7 +164,7 @@ func (d Deps) saveLimits(w http.ResponseWriter, r *http.Request, tenant, whose s
 	var inv fleet.Invalid
 	switch {
 	case errors.As(err, &inv):
-		d.refused(w, r, errors.New("The limits were not saved: "+inv.Error()+"."))
+		d.refused(w, r, viewAssistants, errors.New("The limits were not saved: "+inv.Error()+"."))
 	case err != nil:
 		d.Log.Warn("assistant limits", "err", err)
 		d.back(w, r, "bad", "The limits were not saved: "+d.shown(err))

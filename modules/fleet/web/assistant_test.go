@@ -141,7 +141,7 @@ func TestAssistantConsoleRoutes(t *testing.T) {
 		return body
 	}
 
-	res, body := paneltest.Do(t, oper, "GET", c.Server.URL+"/t/alpha/fleet", nil)
+	res, body := paneltest.Do(t, oper, "GET", c.Server.URL+"/t/alpha/fleet/assistants", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, `data-testid="assistant-start-agent-home"`)
 	require.Contains(t, body, `data-testid="assistant-spend-tenant"`)
@@ -197,7 +197,7 @@ func TestAssistantConsoleRoutes(t *testing.T) {
 	require.Equal(t, "the panel, by op@fleet.test", ts[0].Origin)
 
 	// The tenant's limits, by an operator; pushed to the assistant.
-	tenantPath, globalPath := "/t/alpha/fleet/assistant-limits", "/t/alpha/fleet/assistant-limits/global"
+	tenantPath, globalPath := "/t/alpha/fleet/assistant-limits", "/admin/assistant-limits"
 	res, _ = post(t, c, oper, tenantPath, url.Values{"task_steps": {"5"}, "task_wall": {"30m"}}, "same-origin")
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.Eventually(t, func() bool { return strings.Contains(home(), "tenant per task 5 steps, 30m0s") }, 30*time.Second, 100*time.Millisecond)
@@ -262,7 +262,7 @@ func TestAssistantConsoleRoutes(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(home(), "per day $2.50 spend (model_spend_day)") }, 30*time.Second, 100*time.Millisecond)
 	want.Tenant.DayCostUSD = 2.5
 	require.Equal(t, want, lim())
-	res, body = paneltest.Do(t, oper, "GET", c.Server.URL+"/t/alpha/fleet", nil)
+	res, body = paneltest.Do(t, oper, "GET", c.Server.URL+"/t/alpha/fleet/assistants", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Regexp(t, `data-testid="assistant-spend-tenant">\s*Spend per day:\s*<span class="mono">\$2\.5</span>`, body)
 }

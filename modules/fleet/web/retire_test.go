@@ -30,7 +30,8 @@ func TestRetiringAnAgentAsksFirst(t *testing.T) {
 		require.NoError(t, db.TenantRow(context.Background(), c.DB.App, alpha.ID, `SELECT retired_at IS NOT NULL FROM agents WHERE id = $1`, id).Scan(&r))
 		return r
 	}
-	_, page := paneltest.Do(t, oc, "GET", c.Server.URL+"/t/alpha/fleet", nil)
+	_, page := paneltest.Do(t, oc, "GET", c.Server.URL+"/t/alpha/fleet/agents/"+id, nil)
+	require.Contains(t, page, `data-testid="retire"`, "the agent's page holds its actions")
 	require.NotContains(t, page, "onsubmit", "no inline script: the page's policy would block it")
 
 	retire := c.Server.URL + "/t/alpha/fleet/agents/" + id + "/retire"

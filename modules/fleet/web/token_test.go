@@ -50,8 +50,10 @@ func TestNewAgentTokenNeedsAnAdminAndASecondConfirmation(t *testing.T) {
 	c.Grant(t, op, alpha)
 	oc := paneltest.Browserless()
 	c.Enrolled(t, oc, "operator@fleet.test", pw)
-	res, body := paneltest.Do(t, oc, "GET", c.Server.URL+"/t/alpha/fleet", nil)
+	// The actions live on the agent's own page.
+	res, body := paneltest.Do(t, oc, "GET", c.Server.URL+"/t/alpha/fleet/agents/"+id, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, body, `data-testid="pause"`)
 	require.NotContains(t, body, "rotate-token", "an operator is not offered a new token")
 	res, _ = paneltest.Do(t, oc, "POST", c.Server.URL+rotate, url.Values{"confirm": {"agent-alpha"}, "new_installation": {"1"}})
 	require.Equal(t, http.StatusForbidden, res.StatusCode, "the old procedure: an operator rotates the token")
@@ -61,7 +63,7 @@ func TestNewAgentTokenNeedsAnAdminAndASecondConfirmation(t *testing.T) {
 	c.User(t, "admin@fleet.test", auth.Admin, pw)
 	ac := paneltest.Browserless()
 	c.Enrolled(t, ac, "admin@fleet.test", pw)
-	res, body = paneltest.Do(t, ac, "GET", c.Server.URL+"/t/alpha/fleet", nil)
+	res, body = paneltest.Do(t, ac, "GET", c.Server.URL+"/t/alpha/fleet/agents/"+id, nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, body, rotate)
 

@@ -1,7 +1,10 @@
-// Package web is the console's fleet page: a tenant's accounts and agents
-// live (state, workers, clock offset, events, what needs a person), the
-// commands an operator sends them (pause, resume, restart a worker, retire),
-// tokens issued and rotated, and the assistants' limits and tasks.
+// Package web is the console's fleet pages: a tenant's agents live, one
+// compact row each (what its workers do now, what needs a person first);
+// each agent's page (its technical facts, outages, events, and the commands
+// an operator sends it: pause, resume, restart a worker, new token,
+// retire); and the settings each on a page of its own: accounts and adding
+// one, board and client, the assistants' tasks and limits (the
+// installation's on /limits/assistants).
 package web
 
 import (
@@ -34,6 +37,10 @@ type Deps struct {
 func Mount(r chi.Router, d Deps) {
 	r.Method(http.MethodGet, "/t/{tenant}/fleet", auth.Require(auth.FleetRead, d.page))
 	r.Method(http.MethodGet, "/t/{tenant}/fleet/rows", auth.Require(auth.FleetRead, d.rows))
+	r.Method(http.MethodGet, "/t/{tenant}/fleet/agents/{agent}", auth.Require(auth.FleetRead, d.ownAgent(d.agentPage)))
+	r.Method(http.MethodGet, "/t/{tenant}/fleet/accounts", auth.Require(auth.FleetRead, d.view(viewAccounts)))
+	r.Method(http.MethodGet, "/t/{tenant}/fleet/accounts/platform", auth.Require(auth.FleetSecrets, d.view(viewPlatform)))
+	r.Method(http.MethodGet, "/t/{tenant}/fleet/assistants", auth.Require(auth.FleetRead, d.view(viewAssistants)))
 	r.Method(http.MethodPost, "/t/{tenant}/fleet/accounts", auth.Require(auth.FleetSteer, d.createAccount))
 	// The board decides where the account's credentials are sent: admins
 	// only, with a second confirmation (the account's key typed again).
@@ -78,15 +85,75 @@ func (d Deps) model(r *http.Request) (PageModel, error) {
 	return m, nil
 }
 
-func (d Deps) page(w http.ResponseWriter, r *http.Request) {
+// The fleet's pages besides the agents: each settings form on its own.
+const (
+	viewFleet      = ""
+	viewAccounts   = "accounts"
+	viewPlatform   = "platform"
+	viewAssistants = "assistants"
+)
+
+// render shows one of the fleet's pages with the model given.
+func (d Deps) render(w http.ResponseWriter, r *http.Request, status int, view string, m PageModel) {
+	t, _ := auth.TenantFrom(r.Context())
+	switch view {
+	case viewAccounts:
+		views.Render(w, r, status, AccountsPage(d.Shell.Page(w, r, t.Name+" · Accounts"), m))
+	case viewPlatform:
+		views.Render(w, r, status, PlatformPage(d.Shell.Page(w, r, t.Name+" · Board and client"), m))
+	case viewAssistants:
+		views.Render(w, r, status, AssistantsPage(d.Shell.Page(w, r, t.Name+" · Assistants"), m))
+	default:
+		views.Render(w, r, status, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	}
+}
+
+func (d Deps) view(view string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		m, err := d.model(r)
+		if err != nil {
+			d.Log.Error("fleet page", "view", view, "err", err)
+			auth.ServerError(w, r)
+			return
+		}
+		d.render(w, r, http.StatusOK, view, m)
+	}
+}
+
+func (d Deps) page(w http.ResponseWriter, r *http.Request) { d.view(viewFleet)(w, r) }
+
+// agentPage is one agent: its facts, outages, events and actions.
+func (d Deps) agentPage(w http.ResponseWriter, r *http.Request) {
+	d.renderAgent(w, r, "", "")
+}
+
+func (d Deps) renderAgent(w http.ResponseWriter, r *http.Request, tokenAgent, token string) {
+	t, _ := auth.TenantFrom(r.Context())
 	m, err := d.model(r)
 	if err != nil {
-		d.Log.Error("fleet page", "err", err)
+		d.Log.Error("agent page", "err", err)
 		auth.ServerError(w, r)
 		return
 	}
-	t, _ := auth.TenantFrom(r.Context())
-	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	id := chi.URLParam(r, "agent")
+	am := AgentModel{PageModel: m}
+	found := false
+	for _, a := range m.Fleet.Agents {
+		if a.ID == id {
+			am.Agent, found = a, true
+		}
+	}
+	if !found {
+		auth.NotFound(w, r)
+		return
+	}
+	if am.History, err = d.Store.AgentHistory(r.Context(), t.ID, id); err != nil {
+		d.Log.Error("agent page", "err", err)
+		auth.ServerError(w, r)
+		return
+	}
+	am.NewToken, am.NewTokenAgent = token, tokenAgent
+	views.Render(w, r, http.StatusOK, AgentPage(d.Shell.Page(w, r, t.Name+" · "+am.Agent.Name), am))
 }
 
 func (d Deps) rows(w http.ResponseWriter, r *http.Request) {
@@ -99,10 +166,20 @@ func (d Deps) rows(w http.ResponseWriter, r *http.Request) {
 	views.Render(w, r, http.StatusOK, Rows(m))
 }
 
+// back flashes text and returns to the page the form was on (its "back"
+// field: one of the tenant's fleet pages), else the fleet page.
 func (d Deps) back(w http.ResponseWriter, r *http.Request, kind, text string) {
-	t, _ := auth.TenantFrom(r.Context())
 	auth.Flash(w, kind, text)
-	http.Redirect(w, r, "/t/"+t.Slug+"/fleet", http.StatusSeeOther)
+	http.Redirect(w, r, backTo(r), http.StatusSeeOther)
+}
+
+func backTo(r *http.Request) string {
+	t, _ := auth.TenantFrom(r.Context())
+	base := "/t/" + t.Slug + "/fleet"
+	if b := r.FormValue("back"); strings.HasPrefix(b, base+"/") && !strings.Contains(b, "//") {
+		return b
+	}
+	return base
 }
 
 func (d Deps) command(kind string) http.HandlerFunc {
@@ -133,7 +210,7 @@ func (d Deps) retire(w http.ResponseWriter, r *http.Request) {
 				name + " stops for good: its workers end, it wipes its board credentials and browser profiles, and its token answers \"retired\" from now on.",
 				"Its account stays; to run it again, add a new agent for it and install that one.",
 			},
-			Action: r.URL.Path, Button: "Retire " + name, Back: "/t/" + t.Slug + "/fleet",
+			Action: r.URL.Path, Button: "Retire " + name, Back: "/t/" + t.Slug + "/fleet/agents/" + id,
 		}))
 		return
 	}
@@ -144,8 +221,10 @@ func (d Deps) retire(w http.ResponseWriter, r *http.Request) {
 	d.back(w, r, "ok", "Agent retired: it wipes its credentials and stops; its token now answers \"retired\".")
 }
 
-// showToken renders the page with a token shown once; the page is never
-// cached, and the token is in no redirect, log or flash cookie.
+// showToken renders the accounts page with a new agent's token shown
+// once; the page is never cached, and the token is in no redirect, log or
+// flash cookie. A rotated token is shown on its agent's page
+// (renderAgent).
 func (d Deps) showToken(w http.ResponseWriter, r *http.Request, agentName, token string) {
 	m, err := d.model(r)
 	if err != nil {
@@ -153,8 +232,7 @@ func (d Deps) showToken(w http.ResponseWriter, r *http.Request, agentName, token
 		return
 	}
 	m.NewToken, m.NewTokenAgent = token, agentName
-	t, _ := auth.TenantFrom(r.Context())
-	views.Render(w, r, http.StatusOK, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	d.render(w, r, http.StatusOK, viewAccounts, m)
 }
 
 // rotateToken issues a new token (admin, FleetSecrets). The form must repeat
@@ -188,7 +266,7 @@ func (d Deps) rotateToken(w http.ResponseWriter, r *http.Request) {
 		d.back(w, r, "bad", "No new token: "+d.shown(err))
 		return
 	}
-	d.showToken(w, r, name, token)
+	d.renderAgent(w, r, name, token)
 }
 
 // parseWorkers reads one worker kind per line, naming them kind-1, kind-2….
@@ -215,7 +293,6 @@ func parseWorkers(s string) ([]wire.WorkerSpec, error) {
 // account" (never its secrets, which are asked again) and the error next
 // to its field (422).
 func (d Deps) refusedAccount(w http.ResponseWriter, r *http.Request, in fleet.AccountInput, workers string, err error) {
-	t, _ := auth.TenantFrom(r.Context())
 	m, merr := d.model(r)
 	if merr != nil {
 		auth.ServerError(w, r)
@@ -232,19 +309,19 @@ func (d Deps) refusedAccount(w http.ResponseWriter, r *http.Request, in fleet.Ac
 	default:
 		m.Account.Errors[""] = strings.TrimPrefix(d.shown(err), "fleet: ")
 	}
-	views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	d.render(w, r, http.StatusUnprocessableEntity, viewAccounts, m)
 }
 
-// refused shows the fleet page again with why a change was refused (422).
-func (d Deps) refused(w http.ResponseWriter, r *http.Request, err error) {
-	t, _ := auth.TenantFrom(r.Context())
+// refused shows the page of the form again with why a change was refused
+// (422).
+func (d Deps) refused(w http.ResponseWriter, r *http.Request, view string, err error) {
 	m, merr := d.model(r)
 	if merr != nil {
 		auth.ServerError(w, r)
 		return
 	}
 	m.Error = strings.TrimPrefix(err.Error(), "fleet: ")
-	views.Render(w, r, http.StatusUnprocessableEntity, Page(d.Shell.Page(w, r, t.Name+" · Fleet"), m))
+	d.render(w, r, http.StatusUnprocessableEntity, view, m)
 }
 
 // setPlatform changes the board and client of one account, or of every
@@ -259,7 +336,7 @@ func (d Deps) setPlatform(w http.ResponseWriter, r *http.Request) {
 	if id == "all" {
 		id = ""
 	} else if id == "" {
-		d.refused(w, r, errors.New("fleet: choose an account, or every account"))
+		d.refused(w, r, viewPlatform, errors.New("fleet: choose an account, or every account"))
 		return
 	} else {
 		f, err := d.Store.List(r.Context(), t.ID)
@@ -274,12 +351,12 @@ func (d Deps) setPlatform(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if want == "" {
-			d.refused(w, r, errors.New("fleet: no such account"))
+			d.refused(w, r, viewPlatform, errors.New("fleet: no such account"))
 			return
 		}
 	}
 	if strings.TrimSpace(r.FormValue("confirm")) != want {
-		d.refused(w, r, fmt.Errorf("fleet: nothing changed: type %q in the confirmation to move its board or client", want))
+		d.refused(w, r, viewPlatform, fmt.Errorf("fleet: nothing changed: type %q in the confirmation to move its board or client", want))
 		return
 	}
 	var relogin map[string]fleet.Credentials
@@ -289,7 +366,7 @@ func (d Deps) setPlatform(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := d.Store.SetPlatform(r.Context(), t.ID, id, strings.TrimSpace(r.FormValue("board_url")),
 		strings.TrimSpace(r.FormValue("client")), relogin, actor(r)); err != nil {
-		d.refused(w, r, err)
+		d.refused(w, r, viewPlatform, err)
 		return
 	}
 	d.back(w, r, "ok", "Board and client saved.")
