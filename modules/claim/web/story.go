@@ -200,6 +200,10 @@ func (m *storyModel) build() {
 		m.add(&t.At, event{Kind: "transition", What: from + " → " + t.To, Who: m.Names.of(t.Holder), Detail: fmt.Sprintf("token %d", t.Token)})
 	}
 	for _, a := range st.Audit {
+		if a.Action == "claim.outcome" {
+			// The attempt's own outcome line says it, with the detail.
+			continue
+		}
 		m.add(&a.At, auditEvent(m.Names, a))
 	}
 	for _, j := range st.Jobs {
@@ -226,7 +230,7 @@ func (m *storyModel) build() {
 // auditEvent reads an audit entry of the claim engine in words; the
 // reconciler's decisions carry their look-up's evidence.
 func auditEvent(n names, a claim.AuditRecord) event {
-	e := event{Kind: "verdict", Who: a.Actor, What: a.Action, Detail: crop(a.Detail, 240)}
+	e := event{Kind: "verdict", Who: a.Actor, What: a.Action, Detail: crop(a.Detail, 160)}
 	if id, worker, ok := strings.Cut(strings.TrimPrefix(a.Actor, "agent:"), "/"); ok && strings.HasPrefix(a.Actor, "agent:") {
 		e.Who = n.of(claim.Holder{Agent: id, Worker: worker})
 	}
@@ -360,7 +364,10 @@ func (m *storyModel) verdict() {
 			m.Why += " The booking was found late (a look-up showed an earlier attempt's booking) and applied."
 		}
 	case claim.Taken:
-		m.Why = "Lost: the board gave the load to another client. " + orDash(c.Detail)
+		m.Why = "Lost: the board gave the load to another client."
+		if c.Detail != "" {
+			m.Why += " The actor's report: “" + c.Detail + "”."
+		}
 		m.Margin = "Margin: not known. The board's answer to a lost booking says only that the load was taken; it does not say when the other client booked it, so the panel cannot say by how much this load was lost."
 		if c.PublishedAt != nil && c.ActSentAt != nil {
 			m.Margin += " What is known: our booking request left " + fmtDur(c.ActSentAt.Sub(*c.PublishedAt)) + " after the load was published."

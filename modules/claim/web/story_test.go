@@ -94,7 +94,7 @@ func TestClaimStory(t *testing.T) {
 	res, body = paneltest.Do(t, oc, "GET", base+"/load?key=LD-700", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Equal(t, "TAKEN", paneltest.TestIDText(t, body, "verdict-state"))
-	require.Contains(t, paneltest.TestIDText(t, body, "verdict-why"), "Lost: the board gave the load to another client. 409: the load is taken")
+	require.Contains(t, paneltest.TestIDText(t, body, "verdict-why"), "Lost: the board gave the load to another client. The actor&#39;s report: “409: the load is taken”.")
 	margin := paneltest.TestIDText(t, body, "margin")
 	require.Contains(t, margin, "Margin: not known")
 	require.Contains(t, margin, "after the load was published")
@@ -111,7 +111,7 @@ func TestClaimStory(t *testing.T) {
 	require.NotNil(t, tl)
 	for _, s := range []string{"published on the board", "seen (first sighting", "queued in cell default", "lease granted",
 		"action started", "booking request sent to the board", "outcome: TAKEN", "none → LEASED", "LEASED → ACTING", "ACTING → TAKEN",
-		"outcome reported: TAKEN", "east-1 · actor-1"} {
+		"409: the load is taken", "east-1 · actor-1"} {
 		require.Contains(t, tl[1], s)
 	}
 	require.Less(t, strings.Index(tl[1], "lease granted"), strings.Index(tl[1], "booking request sent"), "oldest first")
