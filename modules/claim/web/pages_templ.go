@@ -1512,7 +1512,7 @@ func storyPage(p views.Page, m storyModel) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 128, "</section><div class=\"cols\"><section class=\"card flush\" data-testid=\"stamps\"><div class=\"card-head\"><h2>The six timestamps</h2><span class=\"muted small\">UTC · agent times corrected by the measured clock offset</span></div><table class=\"data stack-sm\"><thead><tr><th>Timestamp</th><th>At</th><th title=\"time since the timestamp before\">+ since previous</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 128, "</section><div class=\"story-cols\"><section class=\"card flush\" data-testid=\"stamps\"><div class=\"card-head\"><h2>The six timestamps</h2><span class=\"muted small\">UTC · agent times corrected by the measured clock offset</span></div><table class=\"data stack-sm\"><thead><tr><th>Timestamp</th><th>At</th><th title=\"time since the timestamp before\">+ since previous</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
