@@ -46,7 +46,12 @@ type composeService struct {
 		Disable bool     `yaml:"disable"`
 	} `yaml:"healthcheck"`
 	LimitsWhy string `yaml:"x-limits-why"`
-	Deploy    struct {
+	Restart   string `yaml:"restart"`
+	Logging   struct {
+		Driver  string            `yaml:"driver"`
+		Options map[string]string `yaml:"options"`
+	} `yaml:"logging"`
+	Deploy struct {
 		Resources struct {
 			Limits struct {
 				Memory string `yaml:"memory"`
@@ -165,12 +170,21 @@ func TestComposeLimitsAndHealth(t *testing.T) {
 		require.NotEmpty(t, l.CPUs, "%s: CPU limit", name)
 		require.Positive(t, l.PIDs, "%s: pids limit", name)
 		require.Greater(t, len(s.LimitsWhy), 40, "%s: x-limits-why says why these numbers", name)
+		// A crash loop ends (and shows) instead of spinning for ever, and
+		// a chatty container cannot fill the host's disk with its log.
+		require.Regexp(t, `^on-failure:[1-9]$`, s.Restart, "%s: restarts are bounded", name)
+		require.Equal(t, "json-file", s.Logging.Driver, "%s: log driver", name)
+		require.NotEmpty(t, s.Logging.Options["max-size"], "%s: log size bounded", name)
+		require.NotEmpty(t, s.Logging.Options["max-file"], "%s: log files bounded", name)
 		if strings.HasPrefix(name, "agent") {
 			require.True(t, s.Healthcheck.Disable, "%s: an agent serves no HTTP", name)
 		} else {
 			require.NotEmpty(t, s.Healthcheck.Test, "%s: health check", name)
 		}
 	}
+	ignore, err := os.ReadFile("../.dockerignore")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^deploy/secrets$`, string(ignore), "the generated secrets never enter an image's build context")
 	require.Contains(t, c.Services["panel"].Healthcheck.Test, "http://127.0.0.1:8080/readyz")
 	require.Empty(t, c.Services["panel"].Ports, "the panel publishes no port: Caddy does")
 	require.Equal(t, []string{"443:443"}, c.Services["caddy"].Ports)

@@ -506,3 +506,28 @@ func TestTimerExampleVerifies(t *testing.T) {
 	out, _ = exec.Command(systemdAnalyze(t), "verify", "--man=no", filepath.Join(dir, "fleetwright-audit-verify.timer")).CombinedOutput()
 	require.NotEmpty(t, strings.TrimSpace(string(out)))
 }
+
+// TestUnitsKeepTheirHardening reads systemd-analyze's exposure score of
+// every shipped service (offline: the unit file as written) and fails when
+// one rises above what docs/DEPLOY.md states, so a setting dropped by an
+// edit shows here rather than on a host. Each bound is the score measured
+// when the hardening was written, rounded up to the next half point.
+func TestUnitsKeepTheirHardening(t *testing.T) {
+	limits := map[string]float64{
+		"fleetwright-panel.service":        2.0,
+		"fleetwright-agent.service":        4.5,
+		"fleetwright-audit-verify.service": 2.0,
+		"fleetwright-failure@.service":     2.0,
+	}
+	score := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`)
+	for name, limit := range limits {
+		t.Run(name, func(t *testing.T) {
+			out, _ := exec.Command(systemdAnalyze(t), "security", "--offline=true", filepath.Join("systemd", name)).CombinedOutput()
+			m := score.FindSubmatch(out)
+			require.NotNil(t, m, "%s: no exposure score in:\n%s", name, out)
+			got, err := strconv.ParseFloat(string(m[1]), 64)
+			require.NoError(t, err)
+			require.LessOrEqual(t, got, limit, "%s: exposure %.1f is above %.1f; a hardening setting was removed:\n%s", name, got, limit, out)
+		})
+	}
+}

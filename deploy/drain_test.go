@@ -48,7 +48,9 @@ func TestRollingRestartBehindCaddyAnswersEveryRequest(t *testing.T) {
 		dir := filepath.Join(root, fmt.Sprint("replica-", i))
 		args := []string{"--role=panel", fmt.Sprintf("--listen=127.0.0.1:%d", ports[i]), "--data-dir=" + dir,
 			"--database-url=" + d.OwnerURL, "--database-app-url=" + d.AppURL, "--redis-url=" + redis,
-			"--db-max-conns=8", "--drain=2s", "--trusted-proxies=127.0.0.1"}
+			"--db-max-conns=8", "--drain=2s", "--trusted-proxies=127.0.0.1",
+			// Two replicas on one host: each its own metrics port.
+			"--metrics-listen=127.0.0.1:0"}
 		if _, err := os.Stat(keyFile); err == nil {
 			args = append(args, "--secret-key-file="+keyFile)
 		}
