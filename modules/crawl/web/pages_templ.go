@@ -183,7 +183,7 @@ func JobsPage(p views.Page, m jobsModel) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\" data-testid=\"proxies-link\">Proxy pools</a></p><table class=\"data\" data-testid=\"crawl-jobs\"><thead><tr><th>Job</th><th>Version</th><th>Render</th><th>Schedule</th><th>State</th><th>Last run</th><th>Items</th><th>Open alarms</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "\" data-testid=\"proxies-link\">Proxy pools</a></p><table class=\"data crawl-jobs\" data-testid=\"crawl-jobs\"><thead><tr><th>Job</th><th>Version</th><th>Render</th><th>Schedule</th><th>State</th><th>Last run</th><th>Items</th><th>Open alarms</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -1095,7 +1095,7 @@ func JobPage(p views.Page, m jobModel) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 87, "</div><div class=\"card\"><h2>Runs</h2><table class=\"data\" data-testid=\"crawl-runs\"><thead><tr><th>Queued (UTC)</th><th>Trigger</th><th>State</th><th>Pages</th><th>Items</th><th title=\"pages that failed · items dropped because a required field matched nothing\">Errors</th><th>Downloaded</th><th>Duration</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 87, "</div><div class=\"card\"><h2>Runs</h2><table class=\"data crawl-runs\" data-testid=\"crawl-runs\"><thead><tr><th>Queued (UTC)</th><th>Trigger</th><th>State</th><th>Pages</th><th>Items</th><th title=\"pages that failed · items dropped because a required field matched nothing\">Errors</th><th>Downloaded</th><th>Duration</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
