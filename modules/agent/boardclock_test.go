@@ -34,7 +34,7 @@ func TestWatcherReadsTheBoardsClock(t *testing.T) {
 	stop, _ := runAgent(t, p, "")
 	defer stop()
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)
 	want := map[string]*board.Load{}

@@ -46,7 +46,7 @@ func TestWatcherReloadsAnErrorPage(t *testing.T) {
 	stop, logs := runAgent(t, p, "")
 	defer stop()
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 	check := func(wait time.Duration) {
 		t.Helper()
 		loads, err := s.Publish(ctx, 2, nil)

@@ -43,7 +43,7 @@ func TestWatcherDetectsFromJSON(t *testing.T) {
 	p := newClaimPanel(t, s.URL(), creds, wire.WorkerSpec{Name: "w1", Kind: KindWatcher})
 	stop, logs := runAgent(t, p, "")
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 
 	check := func(loads []*board.Load) {
 		want := map[string]*board.Load{}
@@ -91,7 +91,7 @@ func TestBrowserActorDeadlineWhilePaused(t *testing.T) {
 	require.NoError(t, p.claims.SetHonoursIdempotency(ctx, audit.Entry{Actor: "admin"}, p.tenant, "sandbox", true))
 	runAgent(t, p, "")
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func TestCaptchaStopsWorker(t *testing.T) {
 	p := newClaimPanel(t, plat.srv.URL, creds, wire.WorkerSpec{Name: "b1", Kind: KindActor})
 	runAgent(t, p, "")
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 	ch := s.Chaos()
 	ch.CaptchaRate = 1
 	require.NoError(t, s.SetChaos(ch))

@@ -92,7 +92,7 @@ func TestWatcherStopsAtRequestLimitAndResumes(t *testing.T) {
 	lclk := clock.NewFake(time.Now())
 	_, logs := runAgentWith(t, p, "", func(c *Config) { c.LimitClock = lclk; c.StateEvery = 300 * time.Millisecond })
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 
 	e := p.event(t, wire.EventRequestLimitReached, 30*time.Second)
 	require.Equal(t, wire.LevelWarn, e.Level)
@@ -152,7 +152,7 @@ func TestActingClaimFinishesOverRequestLimit(t *testing.T) {
 	p := newClaimPanel(t, plat.srv.URL, creds, wire.WorkerSpec{Name: "b1", Kind: KindActor})
 	runAgent(t, p, "")
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)

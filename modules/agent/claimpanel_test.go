@@ -316,6 +316,11 @@ func (p *claimPanel) outcome(t *testing.T, wait time.Duration) wire.Outcome {
 }
 
 // event waits for an event of kind.
+// signInWait bounds a browser worker's first sign-in: Chromium's launch and
+// three page loads, which a busy two-core machine (the rest of the suite
+// beside it) has been seen to stretch past 30 s.
+const signInWait = 90 * time.Second
+
 func (p *claimPanel) event(t *testing.T, kind string, wait time.Duration) wire.Event {
 	t.Helper()
 	deadline := time.After(wait)

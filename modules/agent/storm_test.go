@@ -34,7 +34,7 @@ func TestSessionStormRelogin(t *testing.T) {
 		wire.WorkerSpec{Name: "w1", Kind: KindWatcher})
 	stop, logs := runAgent(t, p, t.TempDir())
 	p.waitConnected(t)
-	p.event(t, "session_refreshed", 30*time.Second)
+	p.event(t, "session_refreshed", signInWait)
 	// The second worker adopts the first one's session: one login.
 	loads, err := s.Publish(ctx, 1, nil)
 	require.NoError(t, err)

@@ -110,9 +110,11 @@ func TestFencing(t *testing.T) {
 	a2 := claim.Holder{Agent: uuid(), Worker: "actor-1"} // same worker name, another agent
 	b.job(t, b.tenant, "LD-1")
 
-	short, err := b.store.Lease(ctx, claim.LeaseRequest{Tenant: b.tenant, Key: "LD-1", Holder: a1, For: 150 * time.Millisecond})
+	// Long enough that the next statement runs inside it on a busy machine
+	// (150 ms was not), short enough to wait out below.
+	short, err := b.store.Lease(ctx, claim.LeaseRequest{Tenant: b.tenant, Key: "LD-1", Holder: a1, For: 1500 * time.Millisecond})
 	require.NoError(t, err)
-	require.LessOrEqual(t, short.Remaining, 150*time.Millisecond)
+	require.LessOrEqual(t, short.Remaining, 1500*time.Millisecond)
 	// While the lease runs, nobody else gets it.
 	_, err = b.store.Lease(ctx, claim.LeaseRequest{Tenant: b.tenant, Key: "LD-1", Holder: a2, For: time.Minute})
 	require.Equal(t, claim.ReasonHeld, reason(t, err))

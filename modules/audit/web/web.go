@@ -45,6 +45,7 @@ type Filter struct {
 	Actor  string
 	Tenant string // a slug, "system", or "" for every chain the user reaches
 	Action string
+	Target string // a part of the target, any case
 	From   string // YYYY-MM-DD
 	To     string // YYYY-MM-DD, inclusive
 	Before int64  // keyset cursor: entries with a smaller id
@@ -79,7 +80,7 @@ func (d Deps) page(w http.ResponseWriter, r *http.Request) {
 	u := auth.UserFrom(r.Context())
 	q := r.URL.Query()
 	f := Filter{Actor: strings.TrimSpace(q.Get("actor")), Tenant: q.Get("tenant"), Action: strings.TrimSpace(q.Get("action")),
-		From: q.Get("from"), To: q.Get("to")}
+		Target: strings.TrimSpace(q.Get("target")), From: q.Get("from"), To: q.Get("to")}
 	f.Before, _ = strconv.ParseInt(q.Get("before"), 10, 64)
 	m := pageModel{Filter: f, Tenants: u.Tenants, Admin: u.Role == auth.Admin}
 	names := map[string]string{audit.System: "system"}
@@ -161,6 +162,9 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 	if f.Action != "" {
 		where = append(where, "a.action LIKE "+arg(likeEscape(f.Action)+"%"))
 	}
+	if f.Target != "" {
+		where = append(where, "a.target ILIKE "+arg("%"+likeEscape(f.Target)+"%"))
+	}
 	switch f.Tenant {
 	case "":
 	case "system":
@@ -175,7 +179,7 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 		if d.v == "" {
 			continue
 		}
-		t, err := time.ParseInLocation("2006-01-02", d.v, time.Local)
+		t, err := time.ParseInLocation("2006-01-02", d.v, time.UTC)
 		if err != nil {
 			return nil, filterError(fmt.Sprintf("%q is not a date: use YYYY-MM-DD.", d.v))
 		}
@@ -206,6 +210,21 @@ func list(ctx context.Context, tx pgx.Tx, f Filter, names map[string]string) ([]
 
 func likeEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// summaryLen is how much of an entry's detail its row shows folded.
+const summaryLen = 60
+
+// summary is the start of a detail, cut at a word, for its folded row.
+func summary(detail string) string {
+	if len(detail) <= summaryLen {
+		return detail
+	}
+	cut := strings.LastIndex(detail[:summaryLen], " ")
+	if cut < summaryLen/2 {
+		cut = summaryLen
+	}
+	return strings.TrimSpace(detail[:cut]) + " …"
 }
 
 // compact shows a detail object as "key: value" pairs, keys sorted.
