@@ -65,7 +65,7 @@ func TestClaimPagesAreConsolePages(t *testing.T) {
 
 	res, body = paneltest.Do(t, vc, "GET", base+"/latency?window=1h&by=worker", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Contains(t, body, `data-testid="latency-actor-7"`)
+	require.Contains(t, body, `data-testid="latency-agent 00000000 · actor-7"`, "per worker names the agent too")
 	require.Contains(t, body, `data-testid="hist-detect_action"`)
 	require.Contains(t, body, `data-testid="series-detect_action"`)
 	require.Contains(t, body, "platform clock not measured", "publish → detect says its sighting carried no reading of the board's clock")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,7 @@ func Mount(r chi.Router, d Deps) {
 	}
 	get("/t/{tenant}/claims", auth.FleetRead, w.claimsPage)
 	get("/t/{tenant}/claims/rows", auth.FleetRead, w.claimsRows)
+	get("/t/{tenant}/claims/load", auth.FleetRead, w.storyPage)
 	get("/t/{tenant}/claims/latency", auth.FleetRead, w.latencyPage)
 	get("/t/{tenant}/claims/latency.csv", auth.FleetRead, w.latencyCSV)
 	get("/t/{tenant}/claims/settings", auth.FleetRead, w.settingsPage)
@@ -120,19 +122,40 @@ func tenantTabs(slug string) []tab {
 		{"Latency", "/t/" + slug + "/claims/latency"}, {"Claim settings", "/t/" + slug + "/claims/settings"}}
 }
 
+// pageSize is how many claims a page of the claims page shows.
+const pageSize = 50
+
+// timeInput is the form's layout of a time (an <input type="datetime-local">,
+// read as UTC).
+const timeInput = "2006-01-02T15:04"
+
 type claimsModel struct {
-	Slug        string
-	Tenant      tenant.Tenant
-	State       string
-	Worker      string
-	Window      string
+	Slug   string
+	Tenant tenant.Tenant
+	State  string
+	Worker string
+	Window string
+	// From and To are the time range as typed (UTC); FilterError says what
+	// was wrong with them.
+	From, To    string
+	FilterError string
 	Claims      []claim.Claim
+	Total       int
+	ByState     map[claim.State]int
+	Page, Pages int
+	Names       names
 	Dups        int
 	Safety      claim.SafetyCounts
 	Conflicts   []claim.Conflict
+	// Query is the filter without the page (for the page links and the
+	// live refresh).
 	Query       string
 	FleetPaused bool
 	States      []claim.State
+	Wins        winModel
+	// Live: the table refreshes itself (the first page of a range that
+	// ends now).
+	Live bool
 }
 
 func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
@@ -140,17 +163,54 @@ func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 	defer cancel()
 	at, _ := auth.TenantFrom(ctx)
 	q := r.URL.Query()
-	win := parseWindow(q.Get("window"), 10*time.Minute)
-	m := claimsModel{Slug: at.Slug, State: q.Get("state"), Worker: strings.TrimSpace(q.Get("worker")), Window: shortDur(win), States: claim.Stored}
+	win := parseWindow(q.Get("window"), time.Hour)
+	m := claimsModel{Slug: at.Slug, State: q.Get("state"), Worker: strings.TrimSpace(q.Get("worker")), Window: shortDur(win), States: claim.Stored,
+		From: strings.TrimSpace(q.Get("from")), To: strings.TrimSpace(q.Get("to"))}
 	if m.State != "" && !claim.State(m.State).Stored() {
 		m.State = ""
 	}
-	m.Query = fmt.Sprintf("state=%s&worker=%s&window=%s", m.State, m.Worker, m.Window)
+	cq := claim.ClaimQuery{State: claim.State(m.State), Worker: m.Worker, Window: win, Limit: pageSize}
+	var bad []string
+	if m.From != "" {
+		t, err := time.Parse(timeInput, m.From)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("From %q is not a time like 2026-12-01T14:00 (UTC)", m.From))
+		}
+		cq.From = t
+	}
+	if m.To != "" {
+		t, err := time.Parse(timeInput, m.To)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("To %q is not a time like 2026-12-01T15:00 (UTC)", m.To))
+		}
+		cq.To = t
+	}
+	if !cq.From.IsZero() && !cq.To.IsZero() && !cq.To.After(cq.From) {
+		bad = append(bad, "To must be after From")
+		cq.To = time.Time{}
+	}
+	m.FilterError = strings.Join(bad, "; ")
+	m.Page, _ = strconv.Atoi(q.Get("page"))
+	m.Page = max(m.Page, 1)
+	cq.Offset = (m.Page - 1) * pageSize
+	m.Query = url.Values{"state": {m.State}, "worker": {m.Worker}, "window": {m.Window}, "from": {m.From}, "to": {m.To}}.Encode()
+	m.Live = m.Page == 1 && cq.To.IsZero()
 	var err error
 	if m.Tenant, err = tenant.ByID(ctx, w.Engine.Store().Pool(), at.ID); err != nil {
 		return m, err
 	}
-	if m.Claims, err = w.Engine.Store().Recent(ctx, at.ID, win, claim.State(m.State), m.Worker, 500); err != nil {
+	page, err := w.Engine.Store().Claims(ctx, at.ID, cq)
+	if err != nil {
+		return m, err
+	}
+	m.Claims, m.Total, m.ByState = page.Claims, page.Total, page.ByState
+	m.Pages = max(1, (m.Total+pageSize-1)/pageSize)
+	byID, err := w.Engine.Store().AgentNames(ctx, at.ID)
+	if err != nil {
+		return m, err
+	}
+	m.Names = newNames(byID)
+	if m.Wins, err = w.wins(ctx, at.ID); err != nil {
 		return m, err
 	}
 	if m.Dups, _, err = w.Engine.Store().DuplicateConfirmations(ctx, at.ID); err != nil {
@@ -164,6 +224,39 @@ func (w *web) loadClaims(r *http.Request) (claimsModel, error) {
 	}
 	m.FleetPaused, err = w.Engine.Store().FleetPaused(ctx)
 	return m, err
+}
+
+// pageURL is the claims page at page n with the same filter.
+func (m claimsModel) pageURL(n int) string {
+	return fmt.Sprintf("/t/%s/claims?%s&page=%d", m.Slug, m.Query, n)
+}
+
+// winModel is the tenant's win rate over the last day, per hour.
+type winModel struct {
+	Hours             []claim.HourWins
+	Contested, Booked int
+}
+
+// winWindow is how far back the win rate looks.
+const winWindow = 24 * time.Hour
+
+func (w *web) wins(ctx context.Context, tenant string) (winModel, error) {
+	hs, err := w.Engine.Store().WinRate(ctx, tenant, winWindow)
+	m := winModel{Hours: hs}
+	for _, h := range hs {
+		m.Contested += h.Contested
+		m.Booked += h.Booked
+	}
+	return m, err
+}
+
+// rate is booked ÷ contested in words ("62 %"), or "—" with nothing
+// contested.
+func rate(booked, contested int) string {
+	if contested == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f %%", 100*float64(booked)/float64(contested))
 }
 
 func (w *web) claimsPage(rw http.ResponseWriter, r *http.Request) {
@@ -194,6 +287,7 @@ type latencyModel struct {
 	Series string
 	N      int
 	Query  string
+	Wins   winModel
 }
 
 func (w *web) latencyData(r *http.Request) (latencyModel, []claim.Claim, error) {
@@ -218,11 +312,30 @@ func (w *web) latencyPage(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.N = len(claims)
+	if m.By == "worker" {
+		// Per worker means per agent and worker: two agents may each run
+		// an "actor-1".
+		at, _ := auth.TenantFrom(r.Context())
+		byID, err := w.Engine.Store().AgentNames(r.Context(), at.ID)
+		if err != nil {
+			w.fail(rw, r, "agent names", err)
+			return
+		}
+		n := newNames(byID)
+		for i := range claims {
+			claims[i].Holder.Worker = n.of(claims[i].Holder)
+		}
+	}
 	m.Groups = latency.GroupBy(claims, m.By)
 	for _, s := range claim.Stages {
 		m.Hists = append(m.Hists, latency.HistogramSVG(s, claims))
 	}
 	m.Series = latency.SeriesSVG(claim.StageDetectAction, claims)
+	at, _ := auth.TenantFrom(r.Context())
+	if m.Wins, err = w.wins(r.Context(), at.ID); err != nil {
+		w.fail(rw, r, "win rate", err)
+		return
+	}
 	views.Render(rw, r, http.StatusOK, latencyPage(w.Shell.Page(rw, r, m.Name+" · Latency"), m))
 }
 

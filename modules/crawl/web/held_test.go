@@ -23,7 +23,7 @@ func TestPagesShowTheHold(t *testing.T) {
 	run := crawl.Run{ID: "r1", JobID: "j1", State: "running", QueuedAt: since, StartedAt: &since, HeldSince: &since, HeldReason: crawl.HeldFleet}
 
 	var b strings.Builder
-	require.NoError(t, JobPage(views.Page{Title: "Crawl"}, jobModel{Slug: "acme", Job: job, Runs: []crawl.Run{run}, Held: crawl.HeldFleet}).Render(ctx, &b))
+	require.NoError(t, JobPage(views.Page{Title: "Crawl"}, jobModel{Slug: "acme", Job: job, Runs: []RunRow{{Run: run}}, Held: crawl.HeldFleet}).Render(ctx, &b))
 	html := b.String()
 	require.Contains(t, html, `data-testid="crawl-held"`)
 	require.Contains(t, html, "Crawling is held: "+crawl.HeldFleet)
@@ -36,7 +36,7 @@ func TestPagesShowTheHold(t *testing.T) {
 
 	run.HeldSince, run.HeldReason = nil, ""
 	b.Reset()
-	require.NoError(t, JobPage(views.Page{Title: "Crawl"}, jobModel{Slug: "acme", Job: job, Runs: []crawl.Run{run}}).Render(ctx, &b))
+	require.NoError(t, JobPage(views.Page{Title: "Crawl"}, jobModel{Slug: "acme", Job: job, Runs: []RunRow{{Run: run}}}).Render(ctx, &b))
 	require.NotContains(t, b.String(), "crawl-held")
 	require.NotContains(t, b.String(), "run-held-")
 }

@@ -63,6 +63,11 @@ func (d Deps) back(w http.ResponseWriter, r *http.Request, to, kind, text string
 type JobRow struct {
 	Job  crawl.Job
 	Last *crawl.Run
+	// Health is the last run's state in words (a zero-item run where items
+	// were expected is not a plain success).
+	Health health
+	// Alarms are the job's open alarms.
+	Alarms []jobAlarm
 }
 
 type jobsModel struct {
@@ -84,10 +89,18 @@ func (d Deps) jobsModel(r *http.Request) (jobsModel, error) {
 	}
 	m := jobsModel{Slug: t.Slug, CanSteer: auth.UserFrom(r.Context()).Has(auth.FleetSteer)}
 	m.Held, _ = d.Service.Store.Held(r.Context(), t.ID)
+	open, err := alarm.ListTenant(r.Context(), d.Service.Pool, t.ID, true, 500)
+	if err != nil {
+		return jobsModel{}, err
+	}
+	byJob := jobAlarms(open)
 	for _, j := range jobs {
-		row := JobRow{Job: j}
-		if runs, err := d.Service.Store.Runs(r.Context(), t.ID, j.ID, 1); err == nil && len(runs) > 0 {
+		row := JobRow{Job: j, Alarms: byJob[j.ID]}
+		// The last run and the seven before it: what the zero-result rule
+		// compares it with.
+		if runs, err := d.Service.Store.Runs(r.Context(), t.ID, j.ID, 8); err == nil && len(runs) > 0 {
 			row.Last = &runs[0]
+			row.Health = runHealth(j, runs[0], runs[1:])
 		}
 		m.Rows = append(m.Rows, row)
 	}
@@ -156,13 +169,19 @@ type Point struct {
 	Alarms []string
 }
 
+// RunRow is one run in the runs table, with its state in words.
+type RunRow struct {
+	crawl.Run
+	Health health
+}
+
 type jobModel struct {
 	Slug     string
 	Job      crawl.Job
 	Versions []crawl.Version
 	Diff     []DiffLine
 	DiffFrom int
-	Runs     []crawl.Run
+	Runs     []RunRow
 	Chart    []Point
 	Traces   []crawl.Trace
 	Open     []alarm.Open
@@ -213,9 +232,13 @@ func (d Deps) job(w http.ResponseWriter, r *http.Request) {
 			m.Diff, m.DiffFrom = Diff(m.Versions[i+1].Source, v.Source), m.Versions[i+1].Version
 		}
 	}
-	if m.Runs, err = d.Service.Store.Runs(ctx, t.ID, j.ID, 50); err != nil {
+	runs, err := d.Service.Store.Runs(ctx, t.ID, j.ID, 57)
+	if err != nil {
 		auth.ServerError(w, r)
 		return
+	}
+	for i := range runs[:min(len(runs), 50)] {
+		m.Runs = append(m.Runs, RunRow{Run: runs[i], Health: runHealth(j, runs[i], runs[i+1:])})
 	}
 	m.Traces, _ = d.Service.Store.Traces(ctx, t.ID, j.ID, 20)
 	alarmsByRun := map[string][]string{}
@@ -226,7 +249,7 @@ func (d Deps) job(w http.ResponseWriter, r *http.Request) {
 		if m.Runs[i].State == "queued" || m.Runs[i].State == "running" {
 			continue
 		}
-		m.Chart = append(m.Chart, Point{Run: m.Runs[i], Alarms: alarmsByRun[m.Runs[i].ID]})
+		m.Chart = append(m.Chart, Point{Run: m.Runs[i].Run, Alarms: alarmsByRun[m.Runs[i].ID]})
 	}
 	open, _ := alarm.ListTenant(ctx, d.Service.Pool, t.ID, true, 100)
 	for _, a := range open {
