@@ -6,11 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/PuerkitoBio/goquery"
 	"github.com/jackc/pgx/v5"
-	"github.com/pquerna/otp/totp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
@@ -39,11 +37,7 @@ func TestAuditPageFiltersByTargetAndFoldsLongDetails(t *testing.T) {
 	}))
 
 	cl := paneltest.Browserless()
-	secret := c.SignIn(t, cl, "admin@fleet.test", pw)
-	code, err := totp.GenerateCode(secret, time.Now())
-	require.NoError(t, err)
-	res, _ := c.Code(t, cl, code)
-	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	c.Enrolled(t, cl, "admin@fleet.test", pw)
 
 	rows := func(q url.Values) *goquery.Selection {
 		t.Helper()
