@@ -278,7 +278,12 @@ func (g *Guard) Check(ctx context.Context, network, target string) ([]netip.Addr
 }
 
 func (g *Guard) refuse(r *Refusal) error {
-	g.log.Warn("egress refused", "target", r.Target, "addr", r.Addr, "reason", r.Reason)
+	args := []any{"target", r.Target, "reason", r.Reason}
+	if r.Addr.IsValid() {
+		// A refusal before any name was resolved has no address to name.
+		args = append(args, "addr", r.Addr)
+	}
+	g.log.Warn("egress refused", args...)
 	return r
 }
 
