@@ -217,10 +217,20 @@ func (r *runner) findActing(ctx context.Context, candidates []*proc) (acting, fu
 	order := append([]*proc(nil), candidates...)
 	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	deadline := time.Now().Add(findActingTimeout)
+	// Only a claim that started acting after the hold was on has its
+	// booking request held by the board; one that started just before may
+	// be answered (and leave ACTING) before the fault is applied. The
+	// database's clock says when the hold began.
+	var since time.Time
+	for time.Now().Before(deadline) && since.IsZero() {
+		if err := r.super.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil && !r.sleep(ctx, 100*time.Millisecond) {
+			break
+		}
+	}
 	for time.Now().Before(deadline) {
 		held := map[string]acting{}
 		rows, err := r.super.Query(ctx, `SELECT holder_agent::text, target_job_key, tenant_id::text FROM claims
-			WHERE state = 'ACTING' AND act_started_at > now() - interval '2 seconds'`)
+			WHERE state = 'ACTING' AND act_started_at > $1 AND act_started_at > now() - interval '2 seconds'`, since)
 		if err == nil {
 			for rows.Next() {
 				var a acting
@@ -266,18 +276,28 @@ func (r *runner) killMidAction(ctx context.Context) (int, string) {
 			cands = append(cands, p)
 		}
 	}
-	a, release, err := r.findActing(ctx, cands)
-	defer release()
-	if err != nil {
-		return 0, "no HTTP-only agent was ACTING within " + findActingTimeout.String()
+	// A claim that leaves ACTING between being found and the kill (its
+	// request answered after all) is no hit: look for another, a few times.
+	for try := 0; ; try++ {
+		a, release, err := r.findActing(ctx, cands)
+		if err != nil {
+			release()
+			return 0, "no HTTP-only agent was ACTING within " + findActingTimeout.String()
+		}
+		if r.claimState(ctx, a.tenantID, a.key) != "ACTING" {
+			release()
+			if try < 3 && ctx.Err() == nil {
+				continue
+			}
+			return 0, "the claim left ACTING before the kill (4 tries)"
+		}
+		err = a.p.u.Signal(syscall.SIGKILL)
+		release()
+		if err != nil {
+			return 0, err.Error()
+		}
+		return 1, fmt.Sprintf("SIGKILL %s while %s was ACTING", a.p.name, a.key)
 	}
-	if r.claimState(ctx, a.tenantID, a.key) != "ACTING" {
-		return 0, "the claim left ACTING before the kill"
-	}
-	if err := a.p.u.Signal(syscall.SIGKILL); err != nil {
-		return 0, err.Error()
-	}
-	return 1, fmt.Sprintf("SIGKILL %s while %s was ACTING", a.p.name, a.key)
 }
 
 // stopPastLease SIGSTOPs an agent holding a claim for longer than both its
