@@ -32,16 +32,29 @@ func signIn(t *testing.T, b *browser.Browser, tb *bundle, user string) *rod.Page
 	require.Equal(t, "/login", mustPath(t, p), "signed out: the board sends us to the login page")
 	p.MustElement("#username").MustInput(user)
 	p.MustElement("#password").MustInput(pw)
-	wait := p.MustWaitNavigation()
+	// The next page is waited for by its address: a navigation wait set up
+	// before the click can be satisfied by the current page's own late
+	// lifecycle events on a busy machine.
 	p.MustElement("#login-submit").MustClick()
-	wait()
-	require.Equal(t, "/login/totp", mustPath(t, p))
+	waitPath(t, p, "/login/totp")
 	p.MustElement("#code").MustInput(boardtest.Code(tb.accts[user].TOTPSecret, time.Now()))
-	wait = p.MustWaitNavigation()
 	p.MustElement("#totp-submit").MustClick()
-	wait()
-	require.Equal(t, "/loads", mustPath(t, p))
+	waitPath(t, p, "/loads")
+	require.NoError(t, p.WaitLoad())
 	return p
+}
+
+// waitPath waits until the page's address has the path want.
+func waitPath(t *testing.T, p *rod.Page, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := p.Info()
+		if err != nil {
+			return false
+		}
+		u, err := url.Parse(info.URL)
+		return err == nil && u.Path == want
+	}, 30*time.Second, 20*time.Millisecond, "the page reaches %s", want)
 }
 
 func mustPath(t *testing.T, p *rod.Page) string {
