@@ -246,10 +246,24 @@ func (u *Unit) Signal(sig syscall.Signal) error {
 // StopTimeout; it returns when the unit is done.
 func (u *Unit) Stop(ctx context.Context) {
 	u.stopOnce.Do(func() { close(u.stop) })
-	u.mu.Lock()
-	pid := u.pid
-	u.mu.Unlock()
-	if pid != 0 {
+	// A process just started may run (and be seen) before its pid is
+	// recorded: wait for the pid, or for the unit to end without one (in
+	// its restart wait it ends at once on stop).
+	var pid int
+	for {
+		u.mu.Lock()
+		pid = u.pid
+		u.mu.Unlock()
+		if pid != 0 {
+			break
+		}
+		select {
+		case <-u.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	{
 		_ = syscall.Kill(-pid, syscall.SIGTERM)
 		select {
 		case <-u.done:
