@@ -52,6 +52,25 @@ type Account struct {
 	Region string `json:"region"`
 	// BoardURL is the platform's base URL.
 	BoardURL string `json:"board_url"`
+	// Platform is the description of the account's platform the agent
+	// builds its adapter from (v5; docs/ADAPTERS.md). Absent (a panel
+	// before v5, or an account on the built-in sandbox): the agent uses
+	// the sandbox platform's spec it ships with.
+	Platform *PlatformSpec `json:"platform,omitempty" since:"5"`
+}
+
+// PlatformSpec is one version of a tenant's platform description, as the
+// panel stores it: the agent compiles Source and refuses to claim with a
+// spec it cannot build (reporting why).
+type PlatformSpec struct {
+	// Name is the platform's name (the spec's own `name`).
+	Name string `json:"name"`
+	// Version is the tenant's version number of this spec (1, 2, …).
+	Version int `json:"version"`
+	// Digest is the hex SHA-256 of Source, so both sides name one text.
+	Digest string `json:"digest"`
+	// Source is the spec's YAML text.
+	Source string `json:"source"`
 }
 
 // Config is what the agent should be doing.

@@ -40,8 +40,9 @@ const (
 	// sinceFields). Released: its fixtures are frozen.
 	V4 = 4
 	// V5 (in development, not released) adds the board's clock reading on
-	// detected and the origins the credentials were sealed for on welcome
-	// and rotate_credentials. New fields on earlier messages carry `since:"5"`.
+	// detected, the origins the credentials were sealed for on welcome
+	// and rotate_credentials, and the account's platform spec on its
+	// configuration. New fields on earlier messages carry `since:"5"`.
 	V5 = 5
 
 	// MinSupported is the oldest version this binary still speaks.
