@@ -34,6 +34,7 @@ func Open(ctx context.Context, url string, maxConns int32, tune ...func(*pgxpool
 		cfg.MaxConns = maxConns
 	}
 	cfg.MaxConnIdleTime = 5 * time.Minute
+	cfg.ConnConfig.OnNotice = markCanceledSyncWait
 	for _, f := range tune {
 		f(cfg)
 	}

@@ -16,12 +16,25 @@ func InTenant(ctx context.Context, pool *pgxpool.Pool, tenantID string, fn func(
 	if tenantID == "" {
 		return fmt.Errorf("db: no tenant given")
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	pc := c.Conn().PgConn()
+	takeCanceledSyncWait(pc)
+	err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('app.tenant_id', $1, true)", tenantID); err != nil {
 			return fmt.Errorf("db: set tenant: %w", err)
 		}
 		return fn(tx)
 	})
+	// A commit whose synchronous wait was cut short is not a success (see
+	// syncrep.go).
+	if err == nil && takeCanceledSyncWait(pc) {
+		err = ErrSyncWaitCanceled
+	}
+	return err
 }
 
 // TenantRow runs one statement in tenant scope in a single round trip: the
@@ -42,7 +55,7 @@ type batchRow struct {
 }
 
 func (r *batchRow) Scan(dest ...any) error {
-	br := r.pool.SendBatch(r.ctx, r.b)
+	br := SendBatch(r.ctx, r.pool, r.b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
 		return fmt.Errorf("db: set tenant: %w", err)

@@ -82,7 +82,7 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 		b.Queue(grantSQL, tenant, r.Job.Job.Key, r.Holder.Agent, r.Holder.Worker, r.SendWithin.Seconds(), ClearanceFor.Seconds(),
 			r.HardTimeout.Seconds(), ops[i])
 	}
-	br := s.pool.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, s.pool, b)
 	defer br.Close()
 	fail := func(err error) ([]GrantResult, error) {
 		if unknownCommit(err) {

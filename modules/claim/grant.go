@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetwright/fleetwright/app/db"
 )
 
 // GrantRequest asks for one job to be recorded and granted to one chosen
@@ -141,7 +143,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 	b.Queue(grantSQL, q.Tenant, q.Job.Key, h.Agent, h.Worker, req.SendWithin.Seconds(), ClearanceFor.Seconds(),
 		req.HardTimeout.Seconds(), op)
 	b.Queue(leaseDiagSQL, q.Tenant, q.Job.Key, ClearanceFor.Seconds())
-	br := s.pool.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, s.pool, b)
 	defer br.Close()
 	// A lost connection leaves the grant's commit unknown: it is read back
 	// by its operation id, never granted again (see settle.go).
@@ -222,7 +224,7 @@ func (s *Store) GateCheck(ctx context.Context, tenant, key string, token int64, 
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('app.tenant_id', $1, true)`, tenant)
 	b.Queue(gateSQL, tenant, key, margin.Seconds())
-	br := s.pool.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, s.pool, b)
 	_, err := br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&tok, &agent, &worker, &state, &paused, &inTime)

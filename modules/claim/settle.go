@@ -76,14 +76,14 @@ func (s *Store) readBack(ctx context.Context, tenant string, read func(ctx conte
 			return err
 		})
 		if err == nil && found {
-			// An xid makes the commit write a record, whose synchronous wait
-			// covers every commit before it.
-			// synchronous_commit is set here: while claims are held the
-			// pool's connections commit locally.
-			err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', true), txid_current()`)
-				return err
-			})
+			// The row is acknowledged once it is on the synchronous standby
+			// too: a commit of the reader's own that writes WAL waits for
+			// everything before it (a tenant that accepted single-node
+			// durability while the hold is on commits locally, and so is
+			// its row).
+			if _, commit := s.durability(tenant); commit != "local" {
+				err = db.WaitReplicated(ctx, s.pool)
+			}
 		}
 		if err == nil {
 			return found, nil

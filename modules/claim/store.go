@@ -282,7 +282,7 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	}
 	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(), ClearanceFor.Seconds(), op)
 	b.Queue(leaseDiagSQL, req.Tenant, req.Key, ClearanceFor.Seconds())
-	br := s.pool.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, s.pool, b)
 	defer br.Close()
 	lost := func(err error) (Lease, error) {
 		if !unknownCommit(err) {
@@ -431,7 +431,7 @@ func (s *Store) StartActing(ctx context.Context, tenant, key string, token int64
 		b.Queue(commitSQL, commit)
 	}
 	b.Queue(startActingSQL, tenant, key, token, h.Agent, h.Worker, hardTimeout.Seconds())
-	br := s.pool.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, s.pool, b)
 	_, err := br.Exec()
 	if err == nil && commit != "" {
 		_, err = br.Exec()

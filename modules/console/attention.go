@@ -173,7 +173,11 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 			add("warn", name, "Claims are paused"+sinceBy(ta.PausedAt, ta.PausedBy)+": this tenant books nothing until they are resumed", base+"/claims/settings")
 		}
 		addOffline(add, name, base, ta.Offline, now)
-		addAlarms(add, name, t.Slug, ta.Alarms, cellsKnown)
+		offline := make(map[string]bool, len(ta.Offline))
+		for _, o := range ta.Offline {
+			offline[o.ID] = true
+		}
+		addAlarms(add, name, t.Slug, ta.Alarms, cellsKnown, offline)
 		if ta.Reviews > 0 {
 			text := fmt.Sprintf("%d load(s) wait for your review before they are claimed", ta.Reviews)
 			if ta.ReviewsSince != nil {
@@ -200,7 +204,7 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 				}
 				sys = append(sys, openAlarm{ID: o.ID, Kind: o.Kind, Key: o.Key, Severity: string(o.Severity), Summary: o.Summary, Link: o.Link})
 			}
-			addAlarms(add, "", "system", sys, cellsKnown)
+			addAlarms(add, "", "system", sys, cellsKnown, nil)
 		}
 	}
 	sort.SliceStable(a.Items, func(i, j int) bool { return sevRank(a.Items[i].Severity) < sevRank(a.Items[j].Severity) })
@@ -239,8 +243,10 @@ func addOffline(add func(sev, tenant, text, href string), name, base string, off
 }
 
 // addAlarms adds one line per alarm kind: the alarm's own summary when it
-// is the only one of its kind, else the kind in words and how many.
-func addAlarms(add func(sev, tenant, text, href string), name, slug string, list []openAlarm, cellsKnown bool) {
+// is the only one of its kind, else the kind in words and how many. An
+// agent.offline alarm of an agent the strip already names as offline
+// (offline, by agent id) adds nothing: the agent's own line says it.
+func addAlarms(add func(sev, tenant, text, href string), name, slug string, list []openAlarm, cellsKnown bool, offline map[string]bool) {
 	type group struct {
 		kind  string
 		sev   string
@@ -251,6 +257,9 @@ func addAlarms(add func(sev, tenant, text, href string), name, slug string, list
 	for _, o := range list {
 		if cellsKnown && o.Kind == "cell.failing" {
 			continue // the cells' own state says it (above)
+		}
+		if o.Kind == "agent.offline" && offline[o.Key] {
+			continue
 		}
 		g := by[o.Kind]
 		if g == nil {

@@ -114,6 +114,22 @@ func TestAttentionStripNamesWhatNeedsAPerson(t *testing.T) {
 			Summary: "crawl " + job + " found no item"})
 		require.NoError(t, err)
 	}
+	// The offline agent's own alarm (the health sweep's) adds no second
+	// line for it; a third crawl's alarm, silenced, is counted nowhere.
+	_, err = alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "agent.offline", Key: frozen, Tenant: acme.ID, Severity: alarm.Critical,
+		Summary: "offline: not heard from since 10:00:00 UTC"})
+	require.NoError(t, err)
+	_, err = alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "crawl.zero_results", Key: "j3", Tenant: acme.ID, Severity: alarm.Warning,
+		Summary: "crawl j3 found no item"})
+	require.NoError(t, err)
+	require.NoError(t, db.InTenant(ctx, c.DB.App, acme.ID, func(tx pgx.Tx) error {
+		var id int64
+		if err := tx.QueryRow(ctx, `SELECT id FROM alarms WHERE kind = 'crawl.zero_results' AND key = 'j3'`).Scan(&id); err != nil {
+			return err
+		}
+		_, err := alarm.Silence(ctx, tx, id, time.Hour, "op@fleet.test", time.Now())
+		return err
+	}))
 	// A load above the review threshold waits for a person.
 	require.NoError(t, c.Claims.Store().SetLimits(ctx, paneltest.By, acme.ID, claim.Limits{ReviewAboveCents: ptr(int64(500000))}))
 	_, err = c.Claims.PutFilter(ctx, paneltest.By, acme.ID, claim.Filter{Name: "everything", Enabled: true})
@@ -146,6 +162,13 @@ func TestAttentionStripNamesWhatNeedsAPerson(t *testing.T) {
 		appr := find(t, ls, "Assistant desk-3 waits for your approval: Publish to the Demo Studio page?")
 		require.Equal(t, "/t/acme/fleet#assistant-"+helper, appr.Href)
 		find(t, ls, "Claims are paused")
+		named := 0
+		for _, l := range ls {
+			if strings.Contains(l.Text, "south-2") || strings.Contains(strings.ToLower(l.Text), "agent offline") {
+				named++
+			}
+		}
+		require.Equal(t, 1, named, "the offline agent has one line, its alarm none of its own: %+v", ls)
 		require.NotContains(t, body, `data-testid="attention-clear"`)
 		// Worst first: every bad line before every warn line.
 		seenWarn := false
@@ -182,6 +205,8 @@ func TestAttentionStripNamesWhatNeedsAPerson(t *testing.T) {
 		require.Equal(t, "1 assistant approval(s)", paneltest.TestIDText(t, body, "assistant-approvals"))
 		require.Equal(t, "2", paneltest.TestIDText(t, body, "reviews"))
 		require.Contains(t, body, `data-testid="alarms-crawl.zero_results">2 crawls found no items <code class="kind">crawl.zero_results</code>`)
+		require.Equal(t, "4", paneltest.TestIDText(t, body, "alarms-open"), "open and not silenced: the hung watcher, two crawls, the offline agent")
+		require.Equal(t, "1 more silenced", paneltest.TestIDText(t, body, "alarms-silenced"))
 	}
 
 	// The strip's reload: the same lines and the title for htmx to set.
@@ -192,11 +217,17 @@ func TestAttentionStripNamesWhatNeedsAPerson(t *testing.T) {
 	require.GreaterOrEqual(t, n, 6)
 	require.Contains(t, frag, "<title>("+strconv.Itoa(n)+") Alarms · Fleetwright</title>")
 
-	// Put right, a line goes: the agent reconnects, the alarm is resolved.
+	// Connected again but its alarm still open (heard from, not yet swept):
+	// the alarm's line names it now.
 	connect(t, c, acme, frozen, wire.State{})
+	_, body := paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
+	find(t, strip(t, body), "Agent offline (not heard from): offline: not heard from since 10:00:00 UTC")
+	// Put right, lines go: the sweep resolves its alarm, the hung one is resolved.
+	_, err = alarm.Resolve(ctx, c.DB.App, acme.ID, "agent.offline", frozen, "health sweep")
+	require.NoError(t, err)
 	_, err = alarm.Resolve(ctx, c.DB.App, acme.ID, "worker.hung", live+"/watcher-1", "test")
 	require.NoError(t, err)
-	_, body := paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
+	_, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
 	ls := strip(t, body)
 	require.Len(t, ls, n-2, "%+v", ls)
 	require.Equal(t, "2 / 4", paneltest.TestIDText(t, body, "workers"))

@@ -115,10 +115,13 @@ type Overview struct {
 	Stages  []StageFigure
 	Cells   []CellFigure
 	Alarms  []alarm.Count
-	// AlarmsOpen sums Alarms.
+	// AlarmsOpen sums Alarms: open and not silenced.
 	AlarmsOpen int
-	Audit      AuditFigure
-	Retention  RetentionFigure
+	// AlarmsSilenced counts the open alarms under a silence, which Alarms
+	// leaves out until the silence ends.
+	AlarmsSilenced int
+	Audit          AuditFigure
+	Retention      RetentionFigure
 	// System says the user sees system figures (cells, system alarms).
 	System bool
 	// Hold is why new leases and actions are held — the database cluster
@@ -155,10 +158,19 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 	var all []claim.Claim
 	kinds := map[string]*fleet.KindCount{}
 	alarms := map[[2]string]int{}
-	addAlarms := func(list []alarm.Open) {
+	// addAlarms counts the alarms that want a person now and returns how
+	// many those are; a silenced one is counted apart.
+	addAlarms := func(list []alarm.Open) int {
+		n := 0
 		for _, a := range list {
+			if a.Silenced(now) {
+				o.AlarmsSilenced++
+				continue
+			}
 			alarms[[2]string{a.Kind, string(a.Severity)}]++
+			n++
 		}
+		return n
 	}
 	for _, t := range tenants {
 		f := TenantFigures{Tenant: t}
@@ -206,8 +218,7 @@ func Build(ctx context.Context, src Sources, tenants []auth.Tenant, system bool)
 		if list, err := alarm.ListTenant(ctx, src.DB, t.ID, true, 1000); err != nil {
 			f.Errs = append(f.Errs, "alarms")
 		} else {
-			f.Alarms = len(list)
-			addAlarms(list)
+			f.Alarms = addAlarms(list)
 		}
 		o.Total.Duplicates += f.Duplicates
 		o.Total.Alarms += f.Alarms
