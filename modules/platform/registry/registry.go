@@ -617,3 +617,19 @@ type ReviewRecord struct {
 	WithdrawnBy string
 	WithdrawnAt *time.Time
 }
+
+// ActionCheck is the audit action of a check run from the console (it
+// opens an account's credentials and signs in with them).
+const ActionCheck = "platform.check"
+
+// AuditCheck records a check run from the console: who, against which
+// account, with which version, whether it booked, and whether it passed.
+func (s *Store) AuditCheck(ctx context.Context, tenant string, by audit.Entry, platformID string, detail map[string]any) error {
+	return db.InTenant(ctx, s.pool, tenant, func(tx pgx.Tx) error {
+		by.Action, by.Target, by.Detail = ActionCheck, "platform:"+platformID, detail
+		if platformID == "" {
+			by.Target = "platform:sandbox (built in)"
+		}
+		return audit.Append(ctx, tx, by)
+	})
+}
