@@ -97,6 +97,10 @@ func TestPlatformPage(t *testing.T) {
 	require.Contains(t, body, `data-testid="held-acct-1"`)
 	require.Contains(t, body, "has no recorded review")
 	require.Contains(t, body, `data-testid="review-none"`)
+	res, body = paneltest.Do(t, ac, "GET", c.Server.URL+"/t/acme/fleet/accounts", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, paneltest.TestIDText(t, body, "platform-acct-1"), "platform")
+	require.Contains(t, body, "held: no review", "the account's own row says it is held")
 
 	// The check, against the account's board, beside the spec.
 	res, body = paneltest.Do(t, oc, "POST", page+"/check", url.Values{"p": {"acme-board"}, "v": {"1"}, "account": {acct}})
@@ -137,6 +141,8 @@ func TestPlatformPage(t *testing.T) {
 	require.NotContains(t, body, `data-testid="review-gate"`)
 	require.Contains(t, body, `data-testid="review-in-force"`)
 	require.Contains(t, body, "Counsel&#39;s letter LG-88")
+	_, body = paneltest.Do(t, ac, "GET", c.Server.URL+"/t/acme/fleet/accounts", nil)
+	require.NotContains(t, body, "held: no review")
 
 	// A second version and its diff.
 	res, _ = paneltest.Do(t, ac, "POST", page+"/apply", url.Values{"source": {strings.Replace(real, "poll_interval: 1s", "poll_interval: 5s", 1)}, "confirm": {"yes"}})
