@@ -29,6 +29,7 @@ import (
 	"github.com/fleetwright/fleetwright/examples/platforms"
 	"github.com/fleetwright/fleetwright/modules/audit"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/platform/engine"
 	"github.com/fleetwright/fleetwright/modules/platform/spec"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
@@ -147,6 +148,12 @@ func (s *Store) Apply(ctx context.Context, tenant string, by audit.Entry, file s
 	sp, err := spec.Parse(file, src)
 	if err != nil {
 		return Version{}, false, err
+	}
+	// What the agent does with it: a spec the engine cannot build is
+	// refused here, not at every agent (the base URL is the account's,
+	// so any stands in).
+	if _, err := engine.New(sp, "https://platform.invalid"); err != nil {
+		return Version{}, false, Invalid(fmt.Sprintf("%s: the spec passes the schema but the engine cannot build it: %v", file, err))
 	}
 	text := string(src)
 	v := Version{Name: sp.Name, Source: text, Digest: Digest(text), Shipped: Shipped(text), CreatedBy: by.Actor}

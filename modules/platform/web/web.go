@@ -247,6 +247,17 @@ func (w *web) apply(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, changed, err := w.Registry.Apply(r.Context(), t.ID, by(r), "upload", []byte(src))
+	var inv registry.Invalid
+	if errors.As(err, &inv) {
+		m, lerr := w.load(r)
+		if lerr != nil {
+			w.fail(rw, r, "load", lerr)
+			return
+		}
+		m.Upload, m.UploadErrors = src, []spec.FieldError{{Msg: inv.Error()}}
+		w.render(rw, r, http.StatusUnprocessableEntity, m)
+		return
+	}
 	if err != nil {
 		w.fail(rw, r, "apply", err)
 		return
