@@ -160,13 +160,15 @@ func (w *web) load(r *http.Request) (pageModel, error) {
 	if m.Accounts, err = w.Registry.Accounts(ctx, t.ID); err != nil {
 		return m, err
 	}
-	name := r.FormValue("p")
+	// No ?p at all: the first platform; ?p= (empty): the built-in sandbox.
+	_ = r.ParseForm()
+	name, chosen := r.Form.Get("p"), r.Form.Has("p")
 	for i := range m.Platforms {
 		if m.Platforms[i].Name == name {
 			m.Sel = &m.Platforms[i]
 		}
 	}
-	if m.Sel == nil && name == "" && len(m.Platforms) > 0 {
+	if m.Sel == nil && !chosen && len(m.Platforms) > 0 {
 		m.Sel = &m.Platforms[0]
 	}
 	if m.Sel == nil {

@@ -156,6 +156,12 @@ func TestPlatformPage(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, a.Version, "a new version moves no account")
 
+	// ?p= is the built-in sandbox, whatever the tenant stored.
+	_, body = paneltest.Do(t, ac, "GET", page+"?p=", nil)
+	require.Contains(t, body, "examples/platforms/sandbox.yaml, built into the agent")
+	_, body = paneltest.Do(t, ac, "GET", page, nil)
+	require.Contains(t, body, `<strong>acme-board</strong>`, "without a choice, the first platform")
+
 	// The operator sees the page, not the admin's forms, and is refused them.
 	res, body = paneltest.Do(t, oc, "GET", page+"?p=acme-board", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
