@@ -114,7 +114,16 @@ func TestVersionsAccountsAndReviews(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, cfg.Account.Platform, "the built-in sandbox travels as no spec")
 
+	// A live agent hears of the move at once (a configure command).
+	require.NoError(t, db.InTenant(ctx, d.App, t1, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE agents SET last_seen = now() WHERE id = $1`, agentID)
+		return err
+	}))
 	require.NoError(t, st.SetAccount(ctx, t1, by, acct, v1.PlatformID, 1))
+	cmds, err := fs.Pending(ctx, t1, agentID)
+	require.NoError(t, err)
+	require.Len(t, cmds, 1)
+	require.Equal(t, fleet.CmdConfigure, cmds[0].Kind)
 	a, err := st.AccountByID(ctx, t1, acct)
 	require.NoError(t, err)
 	require.Equal(t, "acme-board", a.Platform)
