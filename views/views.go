@@ -31,7 +31,8 @@ type Tab struct {
 func TenantTabs(slug, active string) []Tab {
 	base := "/t/" + slug
 	tabs := []Tab{{Label: "Overview", Href: base}, {Label: "Fleet", Href: base + "/fleet"}, {Label: "Claims", Href: base + "/claims"},
-		{Label: "Latency", Href: base + "/claims/latency"}, {Label: "Claim settings", Href: base + "/claims/settings"}, {Label: "Crawl", Href: base + "/crawl"}}
+		{Label: "Latency", Href: base + "/claims/latency"}, {Label: "Claim settings", Href: base + "/claims/settings"}, {Label: "Crawl", Href: base + "/crawl"},
+		{Label: "Platform", Href: base + "/settings/platform"}}
 	for i := range tabs {
 		tabs[i].Active = tabs[i].Href == active
 	}

@@ -134,7 +134,7 @@ func (s *Store) GrantBatch(ctx context.Context, tenant string, reqs []GrantReque
 	// nothing (review asks for a review in its own transaction, as for a
 	// lease).
 	for _, i := range refused {
-		d, found, err := s.diagnose(ctx, tenant, reqs[i].Job.Job.Key)
+		d, found, err := s.diagnose(ctx, tenant, reqs[i].Job.Job.Key, reqs[i].Holder.Agent)
 		switch {
 		case err != nil:
 			out[i].Err = fmt.Errorf("claim: grant refused, its reason unreadable: %w", err)
@@ -166,7 +166,7 @@ func (s *Store) settleBatch(ctx context.Context, tenant string, reqs []GrantRequ
 			continue
 		}
 		out[i].Grant = Grant{Key: r.Job.Job.Key}
-		d, ok, err := s.diagnose(ctx, tenant, r.Job.Job.Key)
+		d, ok, err := s.diagnose(ctx, tenant, r.Job.Job.Key, r.Holder.Agent)
 		switch {
 		case err != nil:
 			out[i].Err = fmt.Errorf("claim: grant refused, its reason unreadable: %w", err)
@@ -181,8 +181,8 @@ func (s *Store) settleBatch(ctx context.Context, tenant string, reqs []GrantRequ
 
 // diagnose reads why a lease or grant of key was refused (found is false
 // when the tenant is gone).
-func (s *Store) diagnose(ctx context.Context, tenant, key string) (d leaseDiag, found bool, err error) {
-	err = scanDiag(db.TenantRow(ctx, s.pool, tenant, leaseDiagSQL, tenant, key, ClearanceFor.Seconds()), &d)
+func (s *Store) diagnose(ctx context.Context, tenant, key, agent string) (d leaseDiag, found bool, err error) {
+	err = scanDiag(db.TenantRow(ctx, s.pool, tenant, leaseDiagSQL, tenant, key, ClearanceFor.Seconds(), agent), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, false, nil
 	}

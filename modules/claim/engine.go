@@ -418,7 +418,7 @@ func wireReason(err error) string {
 	switch r.Reason {
 	case ReasonHeld, ReasonConflict:
 		return wire.ReasonHeld
-	case ReasonPaused, ReasonNotDurable:
+	case ReasonPaused, ReasonNotDurable, ReasonPlatformReview:
 		return wire.ReasonPaused
 	case ReasonUnknownJob, ReasonMissing:
 		return wire.ReasonUnknownJob

@@ -70,6 +70,7 @@ SELECT $1, $2, 'ACTING', nextval('claim_token'), $3, $4, $8::uuid,
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
+  AND ` + platformOK("$3") + `
   AND NOT claim_restore_held($1)
   AND (j.expires_at IS NULL OR j.expires_at > clock_timestamp())
   AND NOT EXISTS (SELECT 1 FROM claims x WHERE x.tenant_id = $1 AND x.target_job_key = $2
@@ -142,7 +143,7 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 	b.Queue(recordJobSQL, recordJobArgs(q)...)
 	b.Queue(grantSQL, q.Tenant, q.Job.Key, h.Agent, h.Worker, req.SendWithin.Seconds(), ClearanceFor.Seconds(),
 		req.HardTimeout.Seconds(), op)
-	b.Queue(leaseDiagSQL, q.Tenant, q.Job.Key, ClearanceFor.Seconds())
+	b.Queue(leaseDiagSQL, q.Tenant, q.Job.Key, ClearanceFor.Seconds(), h.Agent)
 	br := db.SendBatch(ctx, s.pool, b)
 	defer br.Close()
 	// A lost connection leaves the grant's commit unknown: it is read back
@@ -203,9 +204,11 @@ func (s *Store) Grant(ctx context.Context, req GrantRequest) (Grant, error) {
 
 // gateSQL is the gate's fenced check: read-only, one round trip, no commit.
 // It answers with what a refusal needs to name its reason.
-const gateSQL = `
+var gateSQL = `
 SELECT c.token, c.holder_agent::text, c.holder_worker, c.state,
-       (SELECT paused FROM fleet_switches) OR t.paused,
+       -- A platform review withdrawn after the grant holds its send as
+       -- a pause does.
+       (SELECT paused FROM fleet_switches) OR t.paused OR NOT ` + platformOK("c.holder_agent") + `,
        clock_timestamp() < c.lease_expires_at - make_interval(secs => $3)
 FROM claims c JOIN tenants t ON t.id = c.tenant_id
 WHERE c.tenant_id = $1 AND c.target_job_key = $2`

@@ -84,6 +84,10 @@ const (
 	// synchronous standby) and the tenant did not accept single-node
 	// durability. Agents hear it as paused.
 	ReasonNotDurable = "not_durable"
+	// ReasonPlatformReview: the holder's account runs a platform that is
+	// not a shipped sandbox and has no recorded review
+	// (docs/LAW_REGISTER.md). Agents hear it as paused.
+	ReasonPlatformReview = "platform_review"
 )
 
 func (r *Refusal) Error() string {
@@ -185,6 +189,14 @@ const capOK = `(t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x WH
 // statement.
 const durableOK = `((SELECT durability_hold FROM fleet_switches) IS NULL OR t.single_node_ok)`
 
+// platformOK is true while the holder agent's account runs a shipped
+// sandbox spec or a platform with a recorded review in force
+// (modules/platform/registry, docs/LAW_REGISTER.md): a real target claims
+// nothing before its review. Read inside the lease, grant and act
+// statements as the pause switch is; agent is the statement's parameter
+// holding the holder agent.
+func platformOK(agent string) string { return `platform_claims_ok(` + agent + `::uuid)` }
+
 // wantedSQL is true when one of the tenant's enabled filters matches the
 // panel's record of the job (the same rule as Filter.Match).
 const wantedSQL = `EXISTS (SELECT 1 FROM claim_filters f WHERE f.tenant_id = $1 AND claim_filter_matches(f, j))`
@@ -230,6 +242,7 @@ SELECT $1, $2, 'LEASED', nextval('claim_token'), $3, $4, $7::uuid,
 FROM claim_jobs j JOIN tenants t ON t.id = j.tenant_id
 WHERE j.tenant_id = $1 AND j.job_key = $2
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
+  AND ` + platformOK("$3") + `
   -- A restored database holds the tenant's leases until its bookings
   -- have been looked up (restore.go).
   AND NOT claim_restore_held($1)
@@ -281,7 +294,7 @@ func (s *Store) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
 		b.Queue(commitSQL, commit)
 	}
 	b.Queue(leaseSQL, req.Tenant, req.Key, req.Holder.Agent, req.Holder.Worker, req.For.Seconds(), ClearanceFor.Seconds(), op)
-	b.Queue(leaseDiagSQL, req.Tenant, req.Key, ClearanceFor.Seconds())
+	b.Queue(leaseDiagSQL, req.Tenant, req.Key, ClearanceFor.Seconds(), req.Holder.Agent)
 	br := db.SendBatch(ctx, s.pool, b)
 	defer br.Close()
 	lost := func(err error) (Lease, error) {
@@ -342,12 +355,15 @@ type leaseDiag struct {
 	blocked bool
 	// held: the durability hold stops this tenant.
 	held bool
+	// unreviewed: the holder's platform is a real target without a
+	// recorded review.
+	unreviewed bool
 }
 
 // scanDiag reads leaseDiagSQL's row.
 func scanDiag(r pgx.Row, d *leaseDiag) error {
 	return r.Scan(&d.globalPaused, &d.tenantPaused, &d.haveJob, &d.expired, &d.wanted, &d.capFine,
-		&d.reviewFine, &d.rate, &d.state, &d.blocked, &d.held)
+		&d.reviewFine, &d.rate, &d.state, &d.blocked, &d.held, &d.unreviewed)
 }
 
 var leaseDiagSQL = `
@@ -358,7 +374,7 @@ SELECT (SELECT paused FROM fleet_switches), t.paused, j.job_key IS NOT NULL,
        (SELECT state FROM claims WHERE tenant_id = $1 AND target_job_key = $2),
        COALESCE((SELECT x.state = 'RELEASED' AND NOT ` + reLeasable("x", "$3") + ` FROM claims x
                  WHERE x.tenant_id = $1 AND x.target_job_key = $2), false) OR claim_restore_held($1),
-       NOT ` + durableOK + `
+       NOT ` + durableOK + `, NOT ` + platformOK("$4") + `
 FROM tenants t LEFT JOIN claim_jobs j ON j.tenant_id = t.id AND j.job_key = $2
 WHERE t.id = $1`
 
@@ -374,6 +390,8 @@ func (s *Store) leaseRefusal(ctx context.Context, tenant, key string, d leaseDia
 		return &Refusal{Reason: ReasonPaused, State: st}
 	case d.held:
 		return &Refusal{Reason: ReasonNotDurable, State: st}
+	case d.unreviewed:
+		return &Refusal{Reason: ReasonPlatformReview, State: st}
 	case !d.haveJob || d.expired:
 		return &Refusal{Reason: ReasonUnknownJob, State: st}
 	case st != "" && st != Released && st != Leased, d.blocked:
@@ -411,6 +429,7 @@ WHERE t.id = $1 AND claims.tenant_id = $1 AND claims.target_job_key = $2 AND cla
   AND claims.holder_agent = $4 AND claims.holder_worker = $5 AND claims.state = 'LEASED'
   AND claims.lease_expires_at > clock_timestamp()
   AND NOT (SELECT paused FROM fleet_switches) AND NOT t.paused AND ` + durableOK + `
+  AND ` + platformOK("$4") + `
   AND (t.daily_booking_cap IS NULL OR (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
       AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= ` + dayStart + `) < t.daily_booking_cap)
 RETURNING claims.operation_id::text, claims.act_deadline`
@@ -466,15 +485,16 @@ func (s *Store) refusal(ctx context.Context, tenant, key string, token int64, h 
 	var state State
 	var tok int64
 	var agent, worker string
-	var expired, paused, held, capped bool
+	var expired, paused, held, capped, unreviewed bool
 	err := db.TenantRow(ctx, s.pool, tenant, `
 		SELECT c.state, c.token, c.holder_agent::text, c.holder_worker, c.lease_expires_at <= clock_timestamp(),
 		       (SELECT paused FROM fleet_switches) OR t.paused, NOT `+durableOK+`,
 		       t.daily_booking_cap IS NOT NULL AND (SELECT count(*) FROM claims x WHERE x.tenant_id = $1
-		           AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= `+dayStart+`) >= t.daily_booking_cap
+		           AND x.state IN ('ACTING','UNKNOWN','CONFIRMED') AND x.leased_at >= `+dayStart+`) >= t.daily_booking_cap,
+		       NOT `+platformOK("c.holder_agent")+`
 		FROM claims c JOIN tenants t ON t.id = c.tenant_id
 		WHERE c.tenant_id = $1 AND c.target_job_key = $2`, tenant, key).
-		Scan(&state, &tok, &agent, &worker, &expired, &paused, &held, &capped)
+		Scan(&state, &tok, &agent, &worker, &expired, &paused, &held, &capped, &unreviewed)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return &Refusal{Reason: ReasonMissing}
@@ -490,6 +510,8 @@ func (s *Store) refusal(ctx context.Context, tenant, key string, token int64, h 
 		return &Refusal{Reason: ReasonPaused, State: state}
 	case checkLease && held:
 		return &Refusal{Reason: ReasonNotDurable, State: state}
+	case checkLease && unreviewed:
+		return &Refusal{Reason: ReasonPlatformReview, State: state}
 	case checkLease && expired:
 		return &Refusal{Reason: ReasonExpired, State: state}
 	case checkLease && capped:

@@ -100,7 +100,7 @@ func New(b Build) *Table {
 	return &Table{build: b, commands: slices.Concat(
 		versionCommands(), migrateCommands(), adminCommands(), keyCommands(), auditCommands(), agentCommands(),
 		limitCommands(), retentionCommands(), privacyCommands(), backupCommands(),
-		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(), platformCommands(),
+		assistantCommands(), assistantDataCommands(), crawlCommands(), crawlProxyCommands(), crawlCaptchaCommands(), platformCommands(), platformRegistryCommands(),
 		fetchCommands(), unitFailedCommands(), benchCommands(), loadtestCommands(),
 	)}
 }

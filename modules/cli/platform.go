@@ -15,6 +15,7 @@ func platformCommands() []Command {
 		define(Command{Name: "platform validate", Args: "FILE…", MinArgs: 1, MaxArgs: Many, Roles: panelRole,
 			Summary: "check platform spec files (docs/ADAPTERS.md): each error as path:line: field.path: what is wrong; exit 1 on any"},
 			nil, platformValidate),
+		platformCheckCommand(),
 	}
 }
 

@@ -471,14 +471,26 @@ func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credent
 	var cfg wire.Config
 	var creds wire.Credentials
 	var box, workers []byte
+	var pname, pdigest, psource *string
+	var pversion *int
+	// The account's platform version (modules/platform/registry): none
+	// means the shipped sandbox the agent has built in.
 	err := db.TenantRow(ctx, s.pool, a.Tenant, `
 		SELECT ac.account_key, ac.region, ac.board_url, ac.username, ac.secret_box, ac.workers,
-		       ag.paused OR t.paused OR (SELECT paused FROM fleet_switches)
+		       ag.paused OR t.paused OR (SELECT paused FROM fleet_switches),
+		       p.name, v.version, v.digest, v.source
 		FROM agents ag JOIN accounts ac ON ac.id = ag.account_id JOIN tenants t ON t.id = ag.tenant_id
+		LEFT JOIN account_platforms ap ON ap.account_id = ac.id
+		LEFT JOIN platforms p ON p.id = ap.platform_id
+		LEFT JOIN platform_versions v ON v.platform_id = ap.platform_id AND v.version = ap.version
 		WHERE ag.id = $1`, a.ID).
-		Scan(&cfg.Account.Key, &cfg.Account.Region, &cfg.Account.BoardURL, &creds.Username, &box, &workers, &cfg.Paused)
+		Scan(&cfg.Account.Key, &cfg.Account.Region, &cfg.Account.BoardURL, &creds.Username, &box, &workers, &cfg.Paused,
+			&pname, &pversion, &pdigest, &psource)
 	if err != nil {
 		return cfg, creds, fmt.Errorf("fleet: welcome: %w", err)
+	}
+	if pname != nil && pversion != nil {
+		cfg.Account.Platform = &wire.PlatformSpec{Name: *pname, Version: *pversion, Digest: *pdigest, Source: *psource}
 	}
 	if err := json.Unmarshal(workers, &cfg.Workers); err != nil {
 		return cfg, creds, fmt.Errorf("fleet: welcome: workers: %w", err)

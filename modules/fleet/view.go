@@ -109,6 +109,11 @@ type AccountView struct {
 	// account made before the one-client rule: not stated).
 	Client  string
 	Workers []wire.WorkerSpec
+	// Platform names the platform version the account runs ("": the
+	// sandbox built into the agent); PlatformHeld says the review gate
+	// holds it (a real target with no recorded review: it claims nothing).
+	Platform     string
+	PlatformHeld bool
 }
 
 // List returns the tenant's fleet as the console shows it.
@@ -147,7 +152,15 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		acc, err := tx.Query(ctx, `SELECT id::text, account_key, region, board_url, username, client, workers FROM accounts ORDER BY account_key`)
+		acc, err := tx.Query(ctx, `SELECT ac.id::text, ac.account_key, ac.region, ac.board_url, ac.username, ac.client, ac.workers,
+			COALESCE(p.name || ' v' || ap.version, ''),
+			ap.account_id IS NOT NULL AND NOT v.shipped
+			  AND NOT EXISTS (SELECT 1 FROM platform_reviews r WHERE r.platform_id = ap.platform_id AND r.withdrawn_at IS NULL)
+			FROM accounts ac
+			LEFT JOIN account_platforms ap ON ap.account_id = ac.id
+			LEFT JOIN platforms p ON p.id = ap.platform_id
+			LEFT JOIN platform_versions v ON v.platform_id = ap.platform_id AND v.version = ap.version
+			ORDER BY ac.account_key`)
 		if err != nil {
 			return err
 		}
@@ -155,7 +168,7 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 		for acc.Next() {
 			var a AccountView
 			var w []byte
-			if err := acc.Scan(&a.ID, &a.Key, &a.Region, &a.BoardURL, &a.Username, &a.Client, &w); err != nil {
+			if err := acc.Scan(&a.ID, &a.Key, &a.Region, &a.BoardURL, &a.Username, &a.Client, &w, &a.Platform, &a.PlatformHeld); err != nil {
 				return err
 			}
 			_ = json.Unmarshal(w, &a.Workers)

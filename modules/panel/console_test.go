@@ -64,6 +64,11 @@ func TestEveryRouteDeclaresAPermissionAndRefusesWhoLacksIt(t *testing.T) {
 		"GET /admin/cells": auth.CellsManage, "POST /admin/cells": auth.CellsManage,
 		"POST /admin/cells/delete": auth.CellsManage, "POST /admin/cells/route": auth.CellsManage,
 		"GET /admin/settings": auth.SettingsManage, "POST /admin/settings/pause": auth.SettingsManage,
+		// The platform page: a check signs in with an account's
+		// credentials; uploads, moves and reviews are an admin's.
+		"GET /t/{tenant}/settings/platform": auth.FleetRead, "POST /t/{tenant}/settings/platform/check": auth.FleetSteer,
+		"POST /t/{tenant}/settings/platform/apply": auth.SettingsManage, "POST /t/{tenant}/settings/platform/account": auth.SettingsManage,
+		"POST /t/{tenant}/settings/platform/review": auth.SettingsManage, "POST /t/{tenant}/settings/platform/review/withdraw": auth.SettingsManage,
 	} {
 		require.Equal(t, perm, declared[route], route)
 	}

@@ -27,6 +27,8 @@ import (
 	fleetweb "github.com/fleetwright/fleetwright/modules/fleet/web"
 	"github.com/fleetwright/fleetwright/modules/limit"
 	"github.com/fleetwright/fleetwright/modules/notify"
+	"github.com/fleetwright/fleetwright/modules/platform/registry"
+	platformweb "github.com/fleetwright/fleetwright/modules/platform/web"
 	"github.com/fleetwright/fleetwright/modules/retention"
 	"github.com/fleetwright/fleetwright/modules/schedule"
 	tenantweb "github.com/fleetwright/fleetwright/modules/tenant/web"
@@ -134,6 +136,7 @@ func NewHTTP(d HTTPDeps) *HTTP {
 		tenantweb.Mount(r, tenantweb.Deps{DB: d.DB, Shell: shell, Log: d.Log})
 		if d.Fleet != nil {
 			fleetweb.Mount(r, fleetweb.Deps{Store: d.Fleet, Shell: shell, Log: d.Log})
+			platformweb.Mount(r, platformweb.Deps{Registry: registry.New(d.DB), Fleet: d.Fleet, Shell: shell, Log: d.Log})
 		}
 		if d.Claims != nil {
 			claimweb.Mount(r, claimweb.Deps{Engine: d.Claims, Shell: shell, Log: d.Log})

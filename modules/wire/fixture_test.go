@@ -39,8 +39,11 @@ func ptr[T any](v T) *T { return &v }
 
 func sampleConfig() Config {
 	return Config{
-		Paused:  false,
-		Account: Account{Key: "acct-0042", Region: "us-east", BoardURL: "https://board.example.test"},
+		Paused: false,
+		Account: Account{Key: "acct-0042", Region: "us-east", BoardURL: "https://board.example.test",
+			Platform: &PlatformSpec{Name: "acme-board", Version: 3,
+				Digest: "0178892ceb7910a0ffacd7b4a028763b9b7a22e7187b5720b16471170b1b04b6",
+				Source: "version: 1\nname: acme-board\n"}},
 		Workers: []WorkerSpec{
 			{Name: "watcher-1", Kind: "watcher", Settings: map[string]string{"lane": "CHI-ATL"}},
 			{Name: "actor-1", Kind: "actor"},

@@ -10,8 +10,30 @@ import (
 // version N after its message first shipped carries the tag `since:"N"` and
 // must be omitempty in JSON, so a zeroed field leaves no trace in the
 // encoding. Nested types that gain fields need their own forVersion (see
-// State).
+// State, and Config below for welcome and configure).
 func ForVersion(m Message, v int) Message {
+	m = topForVersion(m, v)
+	switch x := m.(type) {
+	case Welcome:
+		x.Config = x.Config.forVersion(v)
+		return x
+	case Configure:
+		x.Config = x.Config.forVersion(v)
+		return x
+	}
+	return m
+}
+
+// forVersion drops the configuration's nested fields a version does not
+// have: the account's platform spec is v5's.
+func (c Config) forVersion(v int) Config {
+	if v < V5 {
+		c.Account.Platform = nil
+	}
+	return c
+}
+
+func topForVersion(m Message, v int) Message {
 	rv := reflect.ValueOf(m)
 	if rv.Kind() != reflect.Struct {
 		return m
