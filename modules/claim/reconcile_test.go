@@ -112,7 +112,7 @@ type recBundle struct {
 	// sessions is how many board sessions the setup signed in.
 	sessions int
 	load     func() string
-	h      claim.Holder
+	h        claim.Holder
 }
 
 // book books key through the dialect's adapter, as an agent's actor does.

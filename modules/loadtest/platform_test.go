@@ -14,7 +14,9 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 )
 
-func examplePlatform(name string) string { return filepath.Join("..", "..", "examples", "platforms", name) }
+func examplePlatform(name string) string {
+	return filepath.Join("..", "..", "examples", "platforms", name)
+}
 
 // --platform names the dialect the run's board speaks; anything else is
 // refused before the run starts, naming what is wrong.
@@ -65,4 +67,3 @@ func TestPreflightChecksTheSpecAgainstTheBoard(t *testing.T) {
 		})
 	}
 }
-
