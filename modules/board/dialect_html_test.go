@@ -386,3 +386,54 @@ func TestDialectFlag(t *testing.T) {
 	_, err = board.Start(context.Background(), bad, nil)
 	require.ErrorContains(t, err, "--dialect")
 }
+
+// A held booking waits on the board's clock and books when the hold ends;
+// with the reused-connection switch, a booking on a connection that carried
+// an earlier request commits and gets no answer, one on a fresh connection
+// is answered.
+func TestHTMLChaosHoldAndReusedConnection(t *testing.T) {
+	tb := setup(t, true, htmlDialect)
+	ctx := context.Background()
+	c := tb.loginHTML(t, "acme-1")
+	loads := tb.publish(t, 3)
+
+	require.Equal(t, http.StatusOK, patchChaos(t, tb, map[string]any{"hold": "10s"}))
+	done := make(chan *boardtest.HTMLPage, 1)
+	go func() {
+		p, err := c.Book(ctx, loads[0].ID, "")
+		if err != nil {
+			p = nil
+		}
+		done <- p
+	}()
+	require.True(t, tb.clk.BlockUntil(1, 5*time.Second), "the booking is held open")
+	require.Empty(t, tb.s.Bookings("acme"))
+	tb.clk.Advance(10 * time.Second)
+	p := <-done
+	require.NotNil(t, p)
+	require.Equal(t, "/loads/"+loads[0].ID+"/confirmation", p.Path)
+
+	require.Equal(t, http.StatusOK, patchChaos(t, tb, map[string]any{"hold": "0s", "drop_reused_response_rate": 1}))
+	fresh := &boardtest.HTMLClient{HTTP: &http.Client{Jar: c.HTTP.Jar, Transport: &http.Transport{DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}, Base: c.Base, CSRF: c.CSRF}
+	p, err := fresh.Book(ctx, loads[1].ID, "")
+	require.NoError(t, err, "a fresh connection is answered")
+	require.Equal(t, http.StatusSeeOther, p.Status)
+	// One kept-alive connection: a page, then the booking on it.
+	one := &http.Transport{MaxConnsPerHost: 1}
+	defer one.CloseIdleConnections()
+	c.HTTP.Transport = one
+	_, err = c.Get(ctx, "/dashboard")
+	require.NoError(t, err)
+	_, err = c.Book(ctx, loads[2].ID, "")
+	require.Error(t, err, "the reused connection closed without an answer")
+	require.Len(t, tb.s.Bookings("acme"), 3, "committed all the same")
+	var dropped int
+	for _, e := range tb.s.Events(0, 0) {
+		if e.Type == board.EvResponseDropped {
+			dropped++
+			require.Contains(t, e.Detail, "reused connection")
+		}
+	}
+	require.Equal(t, 1, dropped)
+}
