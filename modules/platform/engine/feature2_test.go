@@ -321,3 +321,32 @@ feed:
 	_, err = sess.Jobs(ctx)
 	require.ErrorContains(t, err, "field published_at (path t) ends with no time zone name")
 }
+
+// {{path .key}} escapes a key for one segment of a URL's path: a key with
+// a slash or a space stays one segment.
+func TestPathFunctionEscapesASegment(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			writeJSON(w, 200, map[string]string{"token": "TOK"})
+			return
+		}
+		got <- r.URL.EscapedPath()
+		writeJSON(w, 200, map[string]any{"result": "ok", "booking": map[string]any{"id": 1}})
+	}))
+	defer srv.Close()
+	s := specOf(t, sections{"booking": `
+booking:
+  request: {method: POST, url: "/loads/{{path .key}}/book", json: '{}'}
+  results:
+    - when: {status: [200], json: {path: result, equals: ok}}
+      result: confirmed
+      booking_id: {json: booking.id}
+`})
+	ctx := context.Background()
+	sess := sessionOf(t, s, srv.URL, platform.SessionOptions{})
+	require.NoError(t, sess.Login(ctx, credsFor(srv.URL), &platform.TOTP{Secret: creds.TOTPSecret}))
+	r := sess.Book(ctx, "LD 7/a", "", nil)
+	require.Equal(t, wire.ResultConfirmed, r.Result, r.Detail)
+	require.Equal(t, "/loads/LD%207%2Fa/book", <-got)
+}
