@@ -753,6 +753,41 @@ func (b *Board) sleep(ctx context.Context, d time.Duration) bool {
 
 // ---- stats ----
 
+// Dialect is the face the board serves: DialectClassic or DialectHTML.
+func (b *Board) Dialect() string { return b.cfg.Dialect }
+
+// liveAfter returns the live loads with seq > after (at most limit) and the
+// cursor to ask with next: the html dialect's feed.
+func (b *Board) liveAfter(after int64, limit int) ([]*Load, int64) {
+	now := b.clk.Now()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	i := sort.Search(len(b.live), func(i int) bool { return b.live[i].l.Seq > after })
+	next := after
+	var out []*Load
+	for ; i < len(b.live) && len(out) < limit; i++ {
+		l := b.live[i].l
+		next = l.Seq
+		if l.ExpiresAt.After(now) {
+			out = append(out, l)
+		}
+	}
+	return out, max(next, after)
+}
+
+// lastBooking is the newest booking of client on a load (nil: none).
+func (b *Board) lastBooking(client, loadID string) *Booking {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for i := len(b.bookings) - 1; i >= 0; i-- {
+		if bk := b.bookings[i]; bk.Client == client && bk.LoadID == loadID {
+			c := *bk
+			return &c
+		}
+	}
+	return nil
+}
+
 // Stats is the oracle's current answer.
 func (b *Board) Stats() Stats {
 	chaos := b.Chaos()
@@ -766,6 +801,7 @@ func (b *Board) Stats() Stats {
 	s.Chaos = chaos
 	s.IdempotencyKeys = b.cfg.IdempotencyKeys
 	s.PublishRate = rate
+	s.Dialect = b.cfg.Dialect
 	for _, ll := range b.live {
 		if ll.l.ExpiresAt.After(now) {
 			s.LoadsLive++
@@ -816,4 +852,23 @@ func (b *Board) Bookings(client string) []*Booking {
 		}
 	}
 	return out
+}
+
+// bookingsAt returns the client's bookings from offset (oldest first), at
+// most limit, and the count of all the client's bookings.
+func (b *Board) bookingsAt(client string, offset, limit int) (page []*Booking, total int) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	page = []*Booking{}
+	for _, bk := range b.bookings {
+		if bk.Client != client {
+			continue
+		}
+		if total >= offset && len(page) < limit {
+			c := *bk
+			page = append(page, &c)
+		}
+		total++
+	}
+	return page, total
 }

@@ -10,6 +10,12 @@ import (
 // EnvAdminToken holds the sandbox admin token when --admin-token-file is not given.
 const EnvAdminToken = "FLEET_BOARD_ADMIN_TOKEN"
 
+// Dialects of the board.
+const (
+	DialectClassic = "classic"
+	DialectHTML    = "html"
+)
+
 // Config is everything the board role reads. Listen and DataDir are shared
 // with the panel and declared by main; Register declares the rest.
 type Config struct {
@@ -18,6 +24,11 @@ type Config struct {
 	// DataDir is the shared --data-dir; when Data is empty the board keeps
 	// its SQLite file there, and a generated admin token too.
 	DataDir string
+
+	// Dialect is the board's face: classic (JSON API, the default) or html
+	// (server-rendered forms, JSON:API feed; see docs/BOARD.md). Both share
+	// the store, the rules, the oracle and the chaos switches.
+	Dialect string
 
 	// Data is "memory" or the path of a SQLite file.
 	Data string
@@ -61,6 +72,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		Listen:       "127.0.0.1:8090",
+		Dialect:      DialectClassic,
 		Data:         "memory",
 		Rate:         0.5,
 		Seed:         1,
@@ -75,6 +87,7 @@ func Defaults() Config {
 // with the panel and declared by main.
 func (c *Config) Register(s *config.Set) {
 	role := config.Roles("board")
+	s.Enum(&c.Dialect, "dialect", "FLEET_BOARD_DIALECT", DialectClassic, []string{DialectClassic, DialectHTML}, "the board's dialect: classic (JSON API) or html (server-rendered forms and a JSON:API feed)", role)
 	s.String(&c.Data, "data", "FLEET_BOARD_DATA", "", `board state: "memory" or a SQLite file path (empty: <data-dir>/board.sqlite, or memory without --data-dir)`, role)
 	s.Float(&c.Rate, "rate", "FLEET_BOARD_RATE", 0.5, "loads published per second (Poisson arrivals; 0 turns the publisher off)", role)
 	s.Int(&c.Seed, "seed", "FLEET_BOARD_SEED", 1, "seed of the publisher and the chaos dice, for repeatable runs", role)

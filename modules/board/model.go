@@ -107,6 +107,8 @@ type Stats struct {
 	Chaos                  Chaos                   `json:"chaos"`
 	IdempotencyKeys        bool                    `json:"idempotency_keys"`
 	PublishRate            float64                 `json:"publish_rate"`
+	// Dialect is the face the board serves (classic or html).
+	Dialect string `json:"dialect,omitempty"`
 }
 
 var cities = []Place{

@@ -38,7 +38,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("board: serving", "url", s.URL(), "data", dataPath(cfg), "rate", cfg.Rate, "idempotency_keys", cfg.IdempotencyKeys)
+	logger.Info("board: serving", "url", s.URL(), "dialect", cfg.Dialect, "data", dataPath(cfg), "rate", cfg.Rate, "idempotency_keys", cfg.IdempotencyKeys)
 	if cfg.CatalogHosts != "" {
 		cat, err := StartCatalog(cfg, s.AdminToken(), logger)
 		if err != nil {
@@ -144,6 +144,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error
 	if cfg.Chaos.Layout == "" {
 		cfg.Chaos.Layout = LayoutV1
 	}
+	switch cfg.Dialect {
+	case "":
+		cfg.Dialect = DialectClassic
+	case DialectClassic, DialectHTML:
+	default:
+		return nil, fmt.Errorf("board: --dialect must be %s or %s, got %q", DialectClassic, DialectHTML, cfg.Dialect)
+	}
 	if cfg.Rate < 0 {
 		return nil, fmt.Errorf("board: --rate must not be negative")
 	}
@@ -180,9 +187,13 @@ func Start(ctx context.Context, cfg Config, logger *slog.Logger) (*Server, error
 		return nil, fmt.Errorf("board: listen on %s: %w", cfg.Listen, err)
 	}
 	h := &handler{b: b, token: token}
+	routes := h.routes()
+	if cfg.Dialect == DialectHTML {
+		routes = (&htmlHandler{handler: h, pre: map[string]*preSession{}}).routes()
+	}
 	s := &Server{
 		Board: b, ln: ln, token: token, url: "http://" + ln.Addr().String(), done: make(chan error, 1),
-		srv: &http.Server{Handler: countRequest(h.routes()), ConnContext: withConnCount, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)},
+		srv: &http.Server{Handler: countRequest(routes), ConnContext: withConnCount, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)},
 	}
 	b.wg.Add(3)
 	go b.publisher()

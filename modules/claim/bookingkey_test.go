@@ -20,13 +20,18 @@ import (
 // Sent with the operation id (the old rule), the same two attempts book a
 // second load twice.
 func TestBookingKeyIsOneIdentityPerJob(t *testing.T) {
+	for _, d := range dialects(t) {
+		t.Run(d.name, func(t *testing.T) { bookingKeyIdentity(t, d) })
+	}
+}
+
+func bookingKeyIdentity(t *testing.T, d dialect) {
 	ctx := context.Background()
 	b := setup(t)
-	s := boardtest.Start(t, func(c *board.Config) { c.IdempotencyKeys = true })
+	s := boardtest.Start(t, func(c *board.Config) { c.IdempotencyKeys, c.Dialect = true, d.name })
 	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
-	c, err := boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
-	require.NoError(t, err)
+	sess := d.session(t, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret)
 	loads, err := s.Publish(ctx, 2, nil)
 	require.NoError(t, err)
 	h := claim.Holder{Agent: uuid(), Worker: "actor-1"}
@@ -34,17 +39,16 @@ func TestBookingKeyIsOneIdentityPerJob(t *testing.T) {
 	// attempt leases the job, acts, books with the idempotency key the
 	// rule picks, and (whatever the board said) reports NOT_SENT so the job
 	// is released and can be leased again: two attempts of one job.
-	attempt := func(key string, idem func(wire.LeaseResult) string) (wire.LeaseResult, int) {
+	attempt := func(key string, idem func(wire.LeaseResult) string) (wire.LeaseResult, string) {
 		lr := b.engine.Lease(ctx, b.tenant, h, wire.LeaseRequest{RequestID: "l", Worker: h.Worker, Key: key})
 		require.True(t, lr.Granted, lr.Reason)
 		ar := b.engine.Act(ctx, b.tenant, h, wire.ActRequest{RequestID: "a", Worker: h.Worker, Key: key, Token: lr.Token})
 		require.True(t, ar.OK, ar.Reason)
-		status, _, err := c.Book(ctx, key, idem(lr))
-		require.NoError(t, err)
+		res := sess.Book(ctx, key, idem(lr), nil)
 		ack := b.engine.Outcome(ctx, b.tenant, h, wire.Outcome{RequestID: "o", Worker: h.Worker, Key: key,
 			Token: lr.Token, OperationID: lr.OperationID, Result: wire.ResultNotSent}, claim.Offset{})
 		require.True(t, ack.OK, ack.Reason)
-		return lr, status
+		return lr, res.Result
 	}
 
 	key := loads[0].ID
@@ -52,8 +56,8 @@ func TestBookingKeyIsOneIdentityPerJob(t *testing.T) {
 	byKey := func(lr wire.LeaseResult) string { return lr.BookingKey }
 	first, st1 := attempt(key, byKey)
 	second, st2 := attempt(key, byKey)
-	require.Equal(t, 201, st1)
-	require.Equal(t, 201, st2, "the board replays the first answer")
+	require.Equal(t, wire.ResultConfirmed, st1)
+	require.Equal(t, wire.ResultConfirmed, st2, "the board replays the first answer")
 	require.NotEmpty(t, first.BookingKey)
 	require.Equal(t, first.BookingKey, second.BookingKey, "one booking identity per job")
 	require.NotEqual(t, first.OperationID, second.OperationID, "the operation id names each lease")

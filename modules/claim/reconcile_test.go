@@ -23,6 +23,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/board"
 	"github.com/fleetwright/fleetwright/modules/board/boardtest"
 	"github.com/fleetwright/fleetwright/modules/claim"
+	"github.com/fleetwright/fleetwright/modules/platform"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -98,18 +99,41 @@ func (l boardLookuper) Lookup(ctx context.Context, tenant string, as claim.Clien
 
 type recBundle struct {
 	*bundle
-	reg    *prometheus.Registry
-	logs   *testenv.SyncBuffer
-	board  *board.Server
+	reg   *prometheus.Registry
+	logs  *testenv.SyncBuffer
+	board *board.Server
+	// client is the classic dialect's raw HTTP session (nil on the html
+	// dialect); sess is the dialect's adapter session, signed in.
 	client *boardtest.Client
-	load   func() string
-	h      claim.Holder
+	sess   platform.Session
+	// dialect and lk: the board's dialect and the engine's look-up.
+	dialect dialect
+	lk      claim.Lookuper
+	// sessions is how many board sessions the setup signed in.
+	sessions int
+	load     func() string
+	h        claim.Holder
 }
 
-// setupReconcile starts a real board with one signed-in account, a running
-// River client with the engine's workers, and a grace of 2 s (hard timeout
-// 1 s + board worst latency 800 ms + clock error 200 ms).
+// book books key through the dialect's adapter, as an agent's actor does.
+func (r *recBundle) book(t *testing.T, key, bookingKey string) platform.BookResult {
+	t.Helper()
+	return r.sess.Book(context.Background(), key, bookingKey, nil)
+}
+
+// setupReconcile is setupReconcileOn the classic dialect.
 func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
+	t.Helper()
+	return setupReconcileOn(t, dialects(t)[0], boardMod...)
+}
+
+// setupReconcileOn starts a real board of the dialect with one signed-in
+// account, a running River client with the engine's workers, and a grace of
+// 2 s (hard timeout 1 s + board worst latency 800 ms + clock error 200 ms).
+// The look-ups go two bookings a page: the classic dialect's by raw HTTP
+// (boardLookuper), the html dialect's through its adapter
+// (sessionLookuper).
+func setupReconcileOn(t *testing.T, d dialect, boardMod ...func(*board.Config)) *recBundle {
 	t.Helper()
 	ctx := context.Background()
 	logs := &testenv.SyncBuffer{}
@@ -126,11 +150,15 @@ func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
 		c.DuplicateSweepEvery = time.Hour
 	})
 	require.Equal(t, 2*time.Second, b.engine.Config().Grace)
-	s := boardtest.Start(t, boardMod...)
+	s := boardtest.Start(t, append([]func(*board.Config){func(c *board.Config) { c.Dialect = d.name }}, boardMod...)...)
 	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
-	c, err := boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
-	require.NoError(t, err)
+	var c *boardtest.Client
+	if d.name == board.DialectClassic {
+		c, err = boardtest.Login(ctx, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret, nil)
+		require.NoError(t, err)
+	}
+	sess := d.session(t, s.URL(), "acme-1", "acme-password-1", acct.TOTPSecret)
 	// The tenant's one account books as acme on this board: the client
 	// every look-up of its claims must come from.
 	require.NoError(t, db.InTenant(ctx, b.db.App, b.tenant, func(tx pgx.Tx) error {
@@ -138,7 +166,8 @@ func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
 			VALUES ($1, 'acme-1', $2, 'acme-1', 'acme', '\x00')`, b.tenant, s.URL())
 		return err
 	}))
-	b.engine.SetLookuper(boardLookuper{c: c})
+	lk := d.lookuper(c, sess, s.URL(), false)
+	b.engine.SetLookuper(lk)
 
 	workers := river.NewWorkers()
 	b.engine.AddWorkers(workers)
@@ -155,7 +184,11 @@ func setupReconcile(t *testing.T, boardMod ...func(*board.Config)) *recBundle {
 		defer cancel()
 		_ = rc.Stop(sctx)
 	})
-	r := &recBundle{bundle: b, reg: reg, logs: logs, board: s, client: c, h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
+	r := &recBundle{bundle: b, reg: reg, logs: logs, board: s, client: c, sess: sess, dialect: d, lk: lk, sessions: 1,
+		h: claim.Holder{Agent: uuid(), Worker: "actor-1"}}
+	if c != nil {
+		r.sessions = 2
+	}
 	r.load = func() string {
 		loads, err := s.Publish(ctx, 1, nil)
 		require.NoError(t, err)
@@ -200,7 +233,7 @@ func (r *recBundle) lookupBookings(t *testing.T, key string) []wire.Booking {
 	var out []wire.Booking
 	cursor := ""
 	for {
-		res, err := boardLookuper{c: r.client}.Lookup(context.Background(), r.tenant, claim.Client{Board: r.board.URL(), Name: "acme"},
+		res, err := r.lk.Lookup(context.Background(), r.tenant, claim.Client{Board: r.board.URL(), Name: "acme"},
 			wire.Lookup{RequestID: "t", Keys: []string{key}, Cursor: cursor})
 		require.NoError(t, err)
 		require.True(t, res.Complete)
@@ -310,13 +343,15 @@ func (r *recBundle) transitions(t *testing.T, key string) []string {
 // lost; the UNKNOWN is settled CONFIRMED from the board's evidence. In both
 // dispatch modes.
 func TestReconcileDroppedResponseConfirms(t *testing.T) {
-	for _, mode := range bothModes {
-		t.Run(mode, func(t *testing.T) { reconcileDroppedResponse(t, mode) })
+	for _, d := range dialects(t) {
+		for _, mode := range bothModes {
+			t.Run(d.name+"/"+mode, func(t *testing.T) { reconcileDroppedResponse(t, d, mode) })
+		}
 	}
 }
 
-func reconcileDroppedResponse(t *testing.T, mode string) {
-	r := setupReconcile(t)
+func reconcileDroppedResponse(t *testing.T, d dialect, mode string) {
+	r := setupReconcileOn(t, d)
 	ctx := context.Background()
 	require.NoError(t, r.engine.SetDispatchMode(ctx, testActor, r.tenant, mode))
 	key := r.load()
@@ -325,8 +360,9 @@ func reconcileDroppedResponse(t *testing.T, mode string) {
 	ch := calm
 	ch.DropResponseRate = 1
 	require.NoError(t, r.board.SetChaos(ch))
-	_, _, err := r.client.Book(ctx, key, "")
-	require.Error(t, err, "the board dropped the response")
+	res := r.book(t, key, "")
+	require.Equal(t, wire.ResultUnknown, res.Result, "the board dropped the response: %s", res.Detail)
+	require.Contains(t, res.Detail, "no answer")
 	require.NoError(t, r.board.SetChaos(calm))
 	r.reportUnknown(t, key, token, "connection closed without an answer")
 	require.Eventually(t, func() bool { return r.state(t, key) == claim.Confirmed }, 10*time.Second, 20*time.Millisecond)
@@ -344,13 +380,15 @@ func reconcileDroppedResponse(t *testing.T, mode string) {
 // look-ups (within grace) is found; the claim is never released before it.
 // In both dispatch modes.
 func TestReconcileLateCommitWaitsForGrace(t *testing.T) {
-	for _, mode := range bothModes {
-		t.Run(mode, func(t *testing.T) { reconcileLateCommit(t, mode) })
+	for _, d := range dialects(t) {
+		for _, mode := range bothModes {
+			t.Run(d.name+"/"+mode, func(t *testing.T) { reconcileLateCommit(t, d, mode) })
+		}
 	}
 }
 
-func reconcileLateCommit(t *testing.T, mode string) {
-	r := setupReconcile(t)
+func reconcileLateCommit(t *testing.T, d dialect, mode string) {
+	r := setupReconcileOn(t, d)
 	ctx := context.Background()
 	require.NoError(t, r.engine.SetDispatchMode(ctx, testActor, r.tenant, mode))
 	key := r.load()
@@ -359,9 +397,9 @@ func reconcileLateCommit(t *testing.T, mode string) {
 	ch := calm
 	ch.LateCommitRate, ch.LateCommitDelay = 1, board.Duration(1200*time.Millisecond)
 	require.NoError(t, r.board.SetChaos(ch))
-	status, _, err := r.client.Book(ctx, key, "")
-	require.NoError(t, err)
-	require.Equal(t, http.StatusGatewayTimeout, status)
+	res := r.book(t, key, "")
+	require.Equal(t, wire.ResultUnknown, res.Result, res.Detail)
+	require.Contains(t, res.Detail, "HTTP 504")
 	require.NoError(t, r.board.SetChaos(calm))
 	r.reportUnknown(t, key, token, "HTTP 504")
 	// The first look-ups find nothing (the commit is still pending on the
@@ -375,7 +413,13 @@ func reconcileLateCommit(t *testing.T, mode string) {
 // complete look-up at the time of the re-offer (the sweep's); before it the
 // lease statement refuses it.
 func TestReconcileNeverSentReleasesAfterGrace(t *testing.T) {
-	r := setupReconcile(t)
+	for _, d := range dialects(t) {
+		t.Run(d.name, func(t *testing.T) { reconcileNeverSent(t, d) })
+	}
+}
+
+func reconcileNeverSent(t *testing.T, d dialect) {
+	r := setupReconcileOn(t, d)
 	r.store.SetHonoursIdempotencyKeysForTest(true)
 	ctx := context.Background()
 	key := r.load()
@@ -416,11 +460,17 @@ func TestReconcileNeverSentReleasesAfterGrace(t *testing.T) {
 }
 
 func TestReconcileSignedOutLookupReleasesNothing(t *testing.T) {
-	r := setupReconcile(t)
+	for _, d := range dialects(t) {
+		t.Run(d.name, func(t *testing.T) { reconcileSignedOut(t, d) })
+	}
+}
+
+func reconcileSignedOut(t *testing.T, d dialect) {
+	r := setupReconcileOn(t, d)
 	ctx := context.Background()
 	key := r.load()
 	token := r.act(t, key)
-	require.Equal(t, 1, r.board.SessionStorm(1), "the look-up session is signed out")
+	require.Equal(t, r.sessions, r.board.SessionStorm(1), "the look-up session is signed out")
 	r.reportUnknown(t, key, token, "timeout")
 	pastGrace := r.dbNow(t).Add(r.engine.Config().Grace)
 	// Well past grace, many look-ups later, the claim is still UNKNOWN.
@@ -435,13 +485,18 @@ func TestReconcileSignedOutLookupReleasesNothing(t *testing.T) {
 }
 
 func TestDuplicateSweepCountsBoardEvidence(t *testing.T) {
-	r := setupReconcile(t)
+	for _, d := range dialects(t) {
+		t.Run(d.name, func(t *testing.T) { duplicateSweep(t, d) })
+	}
+}
+
+func duplicateSweep(t *testing.T, d dialect) {
+	r := setupReconcileOn(t, d)
 	ctx := context.Background()
 	key := r.load()
 	token := r.act(t, key)
-	status, _, err := r.client.Book(ctx, key, "")
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, status)
+	res := r.book(t, key, "")
+	require.Equal(t, wire.ResultConfirmed, res.Result, res.Detail)
 	ack := r.engine.Outcome(ctx, r.tenant, r.h, wire.Outcome{RequestID: "o", Worker: r.h.Worker, Key: key, Token: token,
 		Result: wire.ResultConfirmed}, claim.Offset{})
 	require.True(t, ack.OK)
@@ -468,9 +523,15 @@ func TestDuplicateSweepCountsBoardEvidence(t *testing.T) {
 // grace; the engine refuses the answer (the board names client acme) and
 // the claim stays UNKNOWN. Once its own client answers, it settles.
 func TestReconcilerAcceptsOnlyTheClaimsOwnClient(t *testing.T) {
-	r := setupReconcile(t)
+	for _, d := range dialects(t) {
+		t.Run(d.name, func(t *testing.T) { reconcilerOwnClient(t, d) })
+	}
+}
+
+func reconcilerOwnClient(t *testing.T, d dialect) {
+	r := setupReconcileOn(t, d)
 	ctx := context.Background()
-	r.engine.SetLookuper(boardLookuper{c: r.client, anyClient: true})
+	r.engine.SetLookuper(d.lookuper(r.client, r.sess, r.board.URL(), true))
 	key := r.load()
 	token := r.act(t, key)
 	setClient := func(client string) {

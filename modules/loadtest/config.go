@@ -53,6 +53,11 @@ type Config struct {
 	// BoardOutage is how long the board's API fails in the outage phase
 	// after the measured duration (0: no outage phase).
 	BoardOutage time.Duration
+	// Platform is a platform spec file (examples/platforms) describing
+	// one of the sandbox board's dialects: the run's board speaks that
+	// dialect and the spec is checked against it before the fleet starts
+	// ("": the classic dialect).
+	Platform string
 }
 
 // Register declares the command's flags.
@@ -71,6 +76,8 @@ func (c *Config) Register(s *config.Set) {
 		"whether the run's board honours Idempotency-Key on bookings (off: a platform that books a replayed request again)")
 	s.Enum(&c.DispatchMode, "dispatch-mode", "FLEET_LOADTEST_DISPATCH_MODE", "assign", []string{"race", "assign"},
 		"the tenants' claim dispatch mode: race (every warm actor asks for each job) or assign (the panel grants each job to one actor)")
+	s.String(&c.Platform, "platform", "FLEET_LOADTEST_PLATFORM", "",
+		"platform spec file of the board's dialect (examples/platforms/sandbox.yaml: classic, haulbridge.yaml: html); the run's board speaks it and the spec must sign in, read the feed and prove the bookings look-up on it")
 	s.Duration(&c.BoardOutage, "board-outage", "FLEET_LOADTEST_BOARD_OUTAGE", 0,
 		"after the duration, the board's API fails this long (bookings 503, then every request 503, then connections refused) and the run judges that nothing of it was lost (0: no outage)")
 }
@@ -104,6 +111,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("loadtest: --dispatch-mode must be race or assign, got %q", c.DispatchMode)
 	case c.BoardOutage != 0 && (c.BoardOutage < 30*time.Second || c.BoardOutage > time.Hour):
 		return fmt.Errorf("loadtest: --board-outage must be 0 (none) or between 30s and 1h, got %s", c.BoardOutage)
+	}
+	if c.Platform != "" {
+		if _, _, err := readPlatform(c.Platform); err != nil {
+			return err
+		}
 	}
 	if c.Progress <= 0 {
 		c.Progress = 10 * time.Second

@@ -95,10 +95,15 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres user traverses it
 	run := filepath.Join(dir, "run")
 	jsonPath := filepath.Join(dir, "report.json")
+	platformFile, err := filepath.Abs(filepath.Join("..", "..", "examples", "platforms", "sandbox.yaml"))
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "loadtest", "--workers=8", "--duration=50s", "--rate=1", "--browsers=4",
-		"--seed=7", "--progress=5s", "--data-dir="+run, "--json="+jsonPath)
+		"--seed=7", "--progress=5s", "--data-dir="+run, "--json="+jsonPath,
+		// The classic dialect's spec: the board runs the dialect it
+		// describes, checked against it before the fleet starts.
+		"--platform="+platformFile)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "FLEET_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -176,6 +181,7 @@ func TestReducedRunHoldsUnderChaos(t *testing.T) {
 	require.NotNil(t, rep.PanelInTarget.Met)
 	require.Equal(t, rep.PanelIn.P50 <= 3, *rep.PanelInTarget.Met)
 	require.Contains(t, out.String(), "panel_in p50 ≤ 3 ms")
+	require.Contains(t, out.String(), "platform sandbox ("+platformFile+") checked against the classic board")
 
 	// Every process's log volume: both replicas, the six agents, the board,
 	// this command, Postgres and both cells' Redis, each with bytes > 0.

@@ -33,6 +33,7 @@ import (
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
+	"github.com/fleetwright/fleetwright/modules/platform/spec"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -270,6 +271,12 @@ func (r *runner) setup(ctx context.Context) error {
 	bcfg.DataDir = filepath.Join(r.dir, "board")
 	bcfg.Data = filepath.Join(bcfg.DataDir, "board.sqlite")
 	bcfg.AdminToken, bcfg.IdempotencyKeys = randomHex(24), r.cfg.BoardIdempotency == "on"
+	var pspec *spec.Spec
+	if r.cfg.Platform != "" {
+		if pspec, bcfg.Dialect, err = readPlatform(r.cfg.Platform); err != nil {
+			return err
+		}
+	}
 	ops := audit.Entry{Actor: "loadtest"}
 	r.addSecret(bcfg.AdminToken, "board_admin_token", "")
 	r.addSecret(r.key, "secret_key", "")
@@ -279,6 +286,15 @@ func (r *runner) setup(ctx context.Context) error {
 	r.boardServing(r.brd, bcfg)
 	bcfg.Listen = strings.TrimPrefix(r.brd.URL(), "http://")
 	r.bcfg = bcfg
+	if pspec != nil {
+		if err := r.preflight(ctx, pspec); err != nil {
+			return err
+		}
+		r.printf("platform %s (%s) checked against the %s board: signs in, reads the feed, proves the bookings look-up", pspec.Name, r.cfg.Platform, bcfg.Dialect)
+		if bcfg.Dialect != board.DialectClassic {
+			return fmt.Errorf("loadtest: --platform %s: %w", r.cfg.Platform, errAgentsBuiltIn)
+		}
+	}
 
 	for ti, t := range r.tenants {
 		var id string

@@ -18,6 +18,9 @@ import (
 	"github.com/fleetwright/fleetwright/modules/claim"
 	"github.com/fleetwright/fleetwright/modules/fleet"
 	"github.com/fleetwright/fleetwright/modules/fleet/gateway"
+	"github.com/fleetwright/fleetwright/modules/platform"
+	"github.com/fleetwright/fleetwright/modules/platform/engine"
+	"github.com/fleetwright/fleetwright/modules/platform/spec"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -34,14 +37,47 @@ type lookupFleet struct {
 
 func startLookupFleet(t *testing.T) *lookupFleet {
 	t.Helper()
+	return startLookupFleetOn(t, lookupDialects(t)[0])
+}
+
+// lookupDialect is a dialect of the sandbox board and the adapter the
+// agent's actor books and looks up through on it.
+type lookupDialect struct {
+	name string
+	// platform names the worker's adapter ("": the agent's built-in
+	// sandbox adapter), built by factory.
+	platform string
+	factory  platform.Factory
+}
+
+// lookupDialects: the classic dialect through the agent's built-in
+// adapter, the html one through the engine over
+// examples/platforms/haulbridge.yaml.
+func lookupDialects(t *testing.T) []lookupDialect {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "platforms", "haulbridge.yaml"))
+	require.NoError(t, err)
+	html, err := spec.Parse("haulbridge.yaml", src)
+	require.NoError(t, err)
+	return []lookupDialect{{name: board.DialectClassic}, {name: board.DialectHTML, platform: html.Name, factory: engine.Factory(html)}}
+}
+
+func startLookupFleetOn(t *testing.T, d lookupDialect) *lookupFleet {
+	t.Helper()
 	b := setup(t)
 	ctx := context.Background()
-	brd := boardtest.Start(t)
+	brd := boardtest.Start(t, func(c *board.Config) { c.Dialect = d.name })
 	acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
+	var settings map[string]string
+	var adapters map[string]platform.Factory
+	if d.platform != "" {
+		settings = map[string]string{agent.SettingPlatform: d.platform}
+		adapters = map[string]platform.Factory{d.platform: d.factory}
+	}
 	id, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acme-1", BoardURL: brd.URL(), Client: "acme",
 		Username: "acme-1", Password: "acme-password-1", TOTPSecret: acct.TOTPSecret,
-		Workers: []wire.WorkerSpec{{Name: "http_actor-1", Kind: agent.KindHTTPActor}}}, ops)
+		Workers: []wire.WorkerSpec{{Name: "http_actor-1", Kind: agent.KindHTTPActor, Settings: settings}}}, ops)
 	require.NoError(t, err)
 	_, token, err := b.store.CreateAgent(ctx, b.tenant, id, "agent-acme-1", ops)
 	require.NoError(t, err)
@@ -59,7 +95,7 @@ func startLookupFleet(t *testing.T) *lookupFleet {
 	done := make(chan error, 1)
 	go func() {
 		done <- agent.Run(actx, agent.Config{PanelURL: url, TokenFile: tok, StateDir: dir, StateEvery: 200 * time.Millisecond,
-			IOTimeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
+			IOTimeout: 5 * time.Second, Adapters: adapters}, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -87,7 +123,13 @@ func startLookupFleet(t *testing.T) *lookupFleet {
 // answer; and the engine's duplicate sweep walks every page and finds the
 // load booked twice at the very end of the list.
 func TestLookupOfTenThousandBookingsIsComplete(t *testing.T) {
-	f := startLookupFleet(t)
+	for _, d := range lookupDialects(t) {
+		t.Run(d.name, func(t *testing.T) { lookupTenThousand(t, d) })
+	}
+}
+
+func lookupTenThousand(t *testing.T, d lookupDialect) {
+	f := startLookupFleetOn(t, d)
 	ctx := context.Background()
 	loads, err := f.board.Publish(ctx, 10000, nil)
 	require.NoError(t, err)

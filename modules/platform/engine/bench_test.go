@@ -83,8 +83,9 @@ func BenchmarkBook(b *testing.B) {
 		b.Fatal(err)
 	}
 	gate := func() error { return nil }
-	for _, ad := range adapters(b) {
-		b.Run(ad.name, func(b *testing.B) {
+	// The canned answers are the classic dialect's.
+	for _, ad := range targets(b)[:2] {
+		b.Run(strings.TrimPrefix(ad.name, "classic/"), func(b *testing.B) {
 			a, err := ad.new(url)
 			if err != nil {
 				b.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/fleetwright/fleetwright/modules/platform"
@@ -54,6 +56,16 @@ func (s *session) Book(ctx context.Context, key, idemKey string, gate platform.G
 		return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "answer cut off: " + shortErr(rerr)}
 	}
 	a := &answer{status: resp.StatusCode, url: req.URL, header: resp.Header, body: raw}
+	if s.a.s.Booking.FollowRedirects && isSeeOther(a.status) {
+		// The booking left; the page its answer points to is read with a
+		// GET. Whatever goes wrong on the way is UNKNOWN, never NOT_SENT.
+		next, err := s.follow(ctx, a, d)
+		if err != nil {
+			return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt,
+				Detail: fmt.Sprintf("HTTP %d: the page it leads to was not read: %s", a.status, shortErr(err))}
+		}
+		a = next
+	}
 	r := s.a.readBook(a, d)
 	if !r.SignedOut && r.Result == wire.ResultUnknown && r.Detail == noRule(a.status) && s.isSignedOut(a, d) {
 		r.SignedOut, r.Detail = true, "signed out"
@@ -102,4 +114,40 @@ func (a *Adapter) readBook(ans *answer, d data) platform.BookResult {
 		return platform.BookResult{Result: wire.ResultUnknown, Detail: fmt.Sprintf("HTTP %d: unknown by rule", ans.status)}
 	}
 	return platform.BookResult{Result: wire.ResultUnknown, Detail: noRule(ans.status)}
+}
+
+// htmlAccept is a browser's Accept for a page.
+const htmlAccept = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+// isSeeOther: a redirect a browser follows with a GET. A 307 or 308 would
+// repeat the POST, so it is never followed.
+func isSeeOther(status int) bool {
+	return status == http.StatusMovedPermanently || status == http.StatusFound || status == http.StatusSeeOther
+}
+
+// follow reads the page a booking's redirect leads to, within the
+// platform's origins (and on through further redirects there).
+func (s *session) follow(ctx context.Context, a *answer, d data) (*answer, error) {
+	loc := a.header.Get("Location")
+	if loc == "" {
+		return nil, errors.New("the redirect names no Location")
+	}
+	u, err := url.Parse(loc)
+	if err != nil {
+		return nil, errors.New("the redirect's Location does not parse")
+	}
+	u = a.url.ResolveReference(u)
+	if err := s.a.allowed(u); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.headers(req, &request{}, d, htmlAccept, true); err != nil {
+		return nil, err
+	}
+	return s.read(s.hc, req, 4<<20)
 }

@@ -17,13 +17,14 @@ import (
 // walk is where a bookings walk stands: the adapter's own cursor, encoded
 // as a query string (c: the platform's cursor or after value, p: the page
 // number, u: the next page's URL, n: the bookings seen so far, which a
-// total-count proof adds up).
+// total-count proof adds up and an offset walk asks from).
 type walk struct {
 	kind string
 	pos  string
 	page int
 	link string
 	seen int64
+	last string // offset: the last item's order_by value, which the next page must pass
 }
 
 func (w walk) String() string {
@@ -34,6 +35,10 @@ func (w walk) String() string {
 		v.Set("u", w.link)
 	case spec.PageNumber:
 		v.Set("p", strconv.Itoa(w.page))
+	case spec.PageOffset:
+		if w.last != "" {
+			v.Set("l", w.last)
+		}
 	default:
 		v.Set("c", w.pos)
 	}
@@ -68,6 +73,8 @@ func (a *Adapter) parseWalk(cursor string) (walk, error) {
 		if w.page, err = strconv.Atoi(v.Get("p")); err != nil || w.page < 0 {
 			return w, bad
 		}
+	case spec.PageOffset:
+		w.last = v.Get("l")
 	case spec.PageLink:
 		u, err := url.Parse(v.Get("u"))
 		if err != nil || !u.IsAbs() || a.allowed(u) != nil {
@@ -94,6 +101,10 @@ func (s *session) Bookings(ctx context.Context, cursor string) (platform.Booking
 	}
 	d := s.data()
 	d[spec.VarCursor], d[spec.VarPage] = w.pos, w.page
+	if pg.Kind == spec.PageOffset {
+		start, _ := strconv.ParseInt(pg.Start, 10, 64)
+		d[spec.VarOffset] = start + w.seen
+	}
 	var u *url.URL
 	if w.link != "" {
 		u, _ = url.Parse(w.link)
@@ -156,6 +167,13 @@ func (s *session) Bookings(ctx context.Context, cursor string) (platform.Booking
 			if next.pos == "" {
 				ok = false
 			}
+		}
+	case spec.PageOffset:
+		// The next offset is the items seen so far: a page shorter than
+		// the size asked for is the last.
+		last = len(list) < pg.Size
+		if l.by != "" && len(list) > 0 {
+			next.last = list[len(list)-1].Get(l.by).String()
 		}
 	case spec.PageNumber:
 		last = len(list) == 0 || (pg.Size > 0 && len(list) < pg.Size)
@@ -238,6 +256,11 @@ func (a *Adapter) ordered(list []gjson.Result, w walk) bool {
 	prev := ""
 	if l.paging.Kind == spec.PageAfter && w.pos != "" && (!desc || w.pos != l.paging.Start) {
 		prev = w.pos
+	}
+	// An offset walk's page starts beyond the last page's end: a list that
+	// shifted under the walk shows an item again and proves nothing.
+	if l.paging.Kind == spec.PageOffset {
+		prev = w.last
 	}
 	for _, it := range list {
 		v := it.Get(l.by).String()

@@ -603,10 +603,19 @@ func (f *field) time(item gjson.Result) (time.Time, error) {
 			}
 			loc = l
 		}
+		v := r.String()
+		if f.f.ZoneInValue {
+			rest, z, ok := cutLast(v, " ")
+			l, err := zone(z)
+			if !ok || err != nil {
+				return time.Time{}, f.missing(fmt.Sprintf("ends with no time zone name (%q)", z))
+			}
+			v, loc = rest, l
+		}
 		if loc == nil {
 			loc = time.UTC
 		}
-		t, err := time.ParseInLocation(f.f.Layout, r.String(), loc)
+		t, err := time.ParseInLocation(f.f.Layout, v, loc)
 		if err != nil {
 			return time.Time{}, f.missing("does not read as " + f.f.Layout)
 		}
@@ -617,6 +626,14 @@ func (f *field) time(item gjson.Result) (time.Time, error) {
 		return time.Time{}, f.missing("is not an RFC 3339 time")
 	}
 	return t, nil
+}
+
+// cutLast cuts s around the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+len(sep):]), true
+	}
+	return s, "", false
 }
 
 var zones sync.Map // name → *time.Location

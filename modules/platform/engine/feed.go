@@ -21,8 +21,8 @@ const seenMax = 100_000
 
 // Jobs implements platform.Session. A cursor or after feed is a stream: the
 // position carries over from poll to poll and moves only after a page was
-// read whole. A page-number or Link feed is a listing read from its first
-// page each poll; the jobs already returned are dropped by key.
+// read whole. A page-number, offset or Link feed is a listing read from its
+// first page each poll; the jobs already returned are dropped by key.
 func (s *session) Jobs(ctx context.Context) ([]wire.Job, error) {
 	f := s.a.feed
 	pg := f.paging
@@ -30,15 +30,18 @@ func (s *session) Jobs(ctx context.Context) ([]wire.Job, error) {
 	pos := s.feedPos
 	s.mu.Unlock()
 	stream := pg.Kind == spec.PageCursor || pg.Kind == spec.PageAfter
-	page := 0
-	if pg.Kind == spec.PageNumber {
+	page, offset := 0, 0
+	switch pg.Kind {
+	case spec.PageNumber:
 		page, _ = strconv.Atoi(pg.Start)
+	case spec.PageOffset:
+		offset, _ = strconv.Atoi(pg.Start)
 	}
 	var next *url.URL
 	var out []wire.Job
 	for n := 0; n < pg.MaxPages; n++ {
 		d := s.data()
-		d[spec.VarCursor], d[spec.VarPage] = pos, page
+		d[spec.VarCursor], d[spec.VarPage], d[spec.VarOffset] = pos, page, offset
 		a, err := s.get(ctx, "feed", f.req, d, next)
 		if err != nil {
 			return nil, err
@@ -85,6 +88,9 @@ func (s *session) Jobs(ctx context.Context) ([]wire.Job, error) {
 		case spec.PageLink:
 			next = s.nextLink(a, pg)
 			more = next != nil
+		case spec.PageOffset:
+			offset += len(list)
+			more = len(list) >= pg.Size
 		}
 		if pg.More != "" {
 			if m := gjson.GetBytes(a.body, pg.More); m.Exists() && !m.Bool() {

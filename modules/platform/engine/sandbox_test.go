@@ -26,54 +26,83 @@ import (
 
 const password = "acme-password-1"
 
-// sandboxSpec is examples/platforms/sandbox.yaml, parsed.
-func sandboxSpec(t testing.TB) *spec.Spec {
+// platformSpec is examples/platforms/NAME, parsed.
+func platformSpec(t testing.TB, name string) *spec.Spec {
 	t.Helper()
-	path := filepath.Join("..", "..", "..", "examples", "platforms", "sandbox.yaml")
+	path := filepath.Join("..", "..", "..", "examples", "platforms", name)
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
-	s, err := spec.Parse("sandbox.yaml", src)
+	s, err := spec.Parse(name, src)
 	require.NoError(t, err)
 	return s
 }
 
-// adapters are the two adapters of the sandbox board: the hand-written one
-// and the spec-driven engine over examples/platforms/sandbox.yaml. Every
-// test below runs against both, over a real board.
-func adapters(t testing.TB) []struct {
-	name string
-	new  platform.Factory
-} {
-	return []struct {
-		name string
-		new  platform.Factory
-	}{{"hand-written", sandbox.New}, {"spec", engine.Factory(sandboxSpec(t))}}
+// target is one adapter over one dialect of the sandbox board, and what
+// differs between them that a test names.
+type target struct {
+	name    string
+	dialect string
+	new     platform.Factory
+	// signIn, feed: the requests a sign-in and a feed poll send.
+	signIn []string
+	feed   string
+	// keys is the request that reads the board's idempotency statement.
+	keys string
 }
 
-func setup(t *testing.T, factory platform.Factory, mod ...func(*board.Config)) (*board.Server, platform.Session, wire.Credentials) {
+// targets are the adapters of the sandbox board's two dialects: over the
+// classic one the hand-written adapter and the spec-driven engine over
+// examples/platforms/sandbox.yaml, over the html one the engine over
+// examples/platforms/haulbridge.yaml. Every test below runs against each,
+// over a real board.
+func targets(t testing.TB) []target {
+	classic := []string{"POST /login", "POST /login/totp", "GET /api/session"}
+	return []target{
+		{"classic/hand-written", board.DialectClassic, sandbox.New, classic, "GET /api/loads", "GET /api/platform"},
+		{"classic/spec", board.DialectClassic, engine.Factory(platformSpec(t, "sandbox.yaml")), classic, "GET /api/loads", "GET /api/platform"},
+		{"html/spec", board.DialectHTML, engine.Factory(platformSpec(t, "haulbridge.yaml")),
+			[]string{"GET /signin", "POST /signin", "GET /signin/verify", "POST /signin/verify", "GET /dashboard"}, "GET /api/v2/loads", "GET /api/v2/about"},
+	}
+}
+
+// start runs a board of the target's dialect.
+func (tg target) start(t *testing.T, mod ...func(*board.Config)) *board.Server {
 	t.Helper()
-	s := boardtest.Start(t, mod...)
-	acct, err := s.CreateAccount(context.Background(), board.AccountSpec{Username: "acme-1", Password: password, Client: "acme"})
+	return boardtest.Start(t, append([]func(*board.Config){func(c *board.Config) { c.Dialect = tg.dialect }}, mod...)...)
+}
+
+func setup(t *testing.T, tg target, mod ...func(*board.Config)) (*board.Server, platform.Session, wire.Credentials) {
+	t.Helper()
+	s := tg.start(t, mod...)
+	sess, creds := account(t, tg, s, "acme-1", "acme")
+	return s, sess, creds
+}
+
+// account creates a board account and a session of the target's adapter
+// for it (not signed in).
+func account(t *testing.T, tg target, s *board.Server, user, client string) (platform.Session, wire.Credentials) {
+	t.Helper()
+	acct, err := s.CreateAccount(context.Background(), board.AccountSpec{Username: user, Password: password, Client: client})
 	require.NoError(t, err)
-	ad, err := factory(s.URL())
+	ad, err := tg.new(s.URL())
 	require.NoError(t, err)
-	tr, err := traits.For("acme-1", "us-east")
+	tr, err := traits.For(user, "us-east")
 	require.NoError(t, err)
 	sess, err := ad.NewSession(platform.SessionOptions{Traits: tr})
 	require.NoError(t, err)
-	creds := wire.Credentials{Username: "acme-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret),
+	creds := wire.Credentials{Username: user, Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret),
 		Origins: []string{s.URL()}}
-	return s, sess, creds
+	return sess, creds
 }
 
 // Sign in over HTTP with password and TOTP, watch the feed, book with the
 // operation id as idempotency key, see taken, list bookings with proof of
 // completeness, and notice a signed-out session.
 func TestHTTPSession(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			s, sess, creds := setup(t, ad.new, func(c *board.Config) { c.IdempotencyKeys = true })
+			s, sess, creds := setup(t, tg, func(c *board.Config) { c.IdempotencyKeys = true })
 			require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
 			require.NoError(t, sess.Check(ctx))
 
@@ -83,7 +112,8 @@ func TestHTTPSession(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, jobs, 2)
 			require.Equal(t, loads[0].ID, jobs[0].Key)
-			require.True(t, loads[0].PublishedAt.Equal(jobs[0].PublishedAt))
+			// The html dialect writes times to the millisecond.
+			require.WithinDuration(t, loads[0].PublishedAt, jobs[0].PublishedAt, time.Millisecond)
 			l := loads[0]
 			j := jobs[0]
 			require.Equal(t, l.Origin.City+", "+l.Origin.State, j.Origin)
@@ -91,8 +121,9 @@ func TestHTTPSession(t *testing.T) {
 			require.Equal(t, l.Equipment, j.Equipment)
 			require.Equal(t, l.WeightLb, j.WeightLbs)
 			require.Equal(t, l.Miles, j.Miles)
-			require.Equal(t, int64(l.RateUSD)*100, j.RateCents, "the rate in cents")
-			require.True(t, l.ExpiresAt.Equal(j.ExpiresAt))
+			// The html dialect states the rate per mile, to the cent.
+			require.InDelta(t, int64(l.RateUSD)*100, j.RateCents, float64(l.Miles)/2, "the rate in cents")
+			require.WithinDuration(t, l.ExpiresAt, j.ExpiresAt, time.Millisecond)
 			require.True(t, l.PickupStart.Equal(j.PickupStart))
 			require.True(t, l.PickupEnd.Equal(j.PickupEnd))
 			jobs, err = sess.Jobs(ctx)
@@ -107,13 +138,10 @@ func TestHTTPSession(t *testing.T) {
 			require.Equal(t, "1", r.BookingID)
 
 			// Another client takes the second load first.
-			other, err := s.CreateAccount(ctx, board.AccountSpec{Username: "rival-1", Password: password, Client: "rival"})
-			require.NoError(t, err)
-			rc, err := boardtest.Login(ctx, s.URL(), "rival-1", password, other.TOTPSecret, nil)
-			require.NoError(t, err)
-			st, _, err := rc.Book(ctx, loads[1].ID, "")
-			require.NoError(t, err)
-			require.Equal(t, http.StatusCreated, st)
+			rival, rcreds := account(t, tg, s, "rival-1", "rival")
+			require.NoError(t, rival.Login(ctx, rcreds, &platform.TOTP{Secret: rcreds.TOTPSecret}))
+			r = rival.Book(ctx, loads[1].ID, "op-r", nil)
+			require.Equal(t, wire.ResultConfirmed, r.Result, r.Detail)
 			r = sess.Book(ctx, loads[1].ID, "op-2", nil)
 			require.Equal(t, wire.ResultTaken, r.Result)
 
@@ -151,10 +179,10 @@ func TestHTTPSession(t *testing.T) {
 // Wrong credentials stop sign-in with ErrCredentials, and the password
 // never appears in the error.
 func TestWrongPassword(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			_, sess, creds := setup(t, ad.new)
+			_, sess, creds := setup(t, tg)
 			creds.Password = wire.NewSecret("not-the-password-42")
 			err := sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret})
 			require.ErrorIs(t, err, platform.ErrCredentials)
@@ -166,10 +194,10 @@ func TestWrongPassword(t *testing.T) {
 // The gate runs right before the request's bytes leave; a refusal is
 // NOT_SENT and the board never sees the request.
 func TestGateRefusesBeforeSending(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			s, sess, creds := setup(t, ad.new)
+			s, sess, creds := setup(t, tg)
 			require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
 			loads, err := s.Publish(ctx, 1, nil)
 			require.NoError(t, err)
@@ -189,10 +217,10 @@ func TestGateRefusesBeforeSending(t *testing.T) {
 // The board's chaos switches: a 5xx, a late commit's 504, a captcha and a
 // dropped answer all end UNKNOWN (captcha flagged); none is ever CONFIRMED.
 func TestChaosAnswersAreUnknown(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			s, sess, creds := setup(t, ad.new)
+			s, sess, creds := setup(t, tg)
 			require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
 			loads, err := s.Publish(ctx, 4, nil)
 			require.NoError(t, err)
@@ -222,14 +250,17 @@ func TestChaosAnswersAreUnknown(t *testing.T) {
 // A reused one-time code is refused by the board; the session waits for
 // the next step and signs in with a fresh code.
 func TestLoginWaitsForTheNextCode(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s, sess, creds := setup(t, ad.new)
+			s, sess, creds := setup(t, tg)
 			// Another sign-in of the same account uses the current step first.
-			_, err := boardtest.Login(ctx, s.URL(), "acme-1", password, creds.TOTPSecret.Reveal(), nil)
+			ad, err := tg.new(s.URL())
 			require.NoError(t, err)
+			first, err := ad.NewSession(platform.SessionOptions{})
+			require.NoError(t, err)
+			require.NoError(t, first.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
 			codes := &platform.TOTP{Secret: creds.TOTPSecret}
 			require.NoError(t, sess.Login(ctx, creds, codes))
 			require.Equal(t, 1, codes.Waits, "the used step was refused and the next code waited for")
@@ -241,8 +272,8 @@ func TestLoginWaitsForTheNextCode(t *testing.T) {
 // The HTTP session writes its headers in the traits' profile order (Go's
 // own transport sorts them) with the traits' user agent and language.
 func TestHeaderOrder(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer ln.Close()
@@ -267,7 +298,7 @@ func TestHeaderOrder(t *testing.T) {
 				got <- names
 				_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"))
 			}()
-			a, err := ad.new("http://" + ln.Addr().String())
+			a, err := tg.new("http://" + ln.Addr().String())
 			require.NoError(t, err)
 			tr, err := traits.For("acme-7", "us-east")
 			require.NoError(t, err)
@@ -295,12 +326,12 @@ func TestHeaderOrder(t *testing.T) {
 // refuses whenever the tenant's setting disagrees with it; the status read
 // counts against the request budget, once per cache period.
 func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
 			for _, boardKeys := range []bool{false, true} {
-				s := boardtest.Start(t, func(c *board.Config) { c.IdempotencyKeys = boardKeys })
-				a, err := ad.new(s.URL())
+				s := tg.start(t, func(c *board.Config) { c.IdempotencyKeys = boardKeys })
+				a, err := tg.new(s.URL())
 				require.NoError(t, err)
 				got, err := a.(platform.KeyPolicy).HonoursIdempotencyKeys(ctx)
 				require.NoError(t, err)
@@ -308,11 +339,11 @@ func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
 				require.NoError(t, platform.CheckKeys(ctx, a, boardKeys), "setting and board agree")
 				err = platform.CheckKeys(ctx, a, !boardKeys)
 				require.ErrorIs(t, err, platform.ErrKeysMismatch)
-				require.Contains(t, err.Error(), "sandbox")
+				require.Contains(t, err.Error(), a.Name())
 				require.Contains(t, err.Error(), "Claim settings")
 			}
-			s := boardtest.Start(t)
-			a, err := ad.new(s.URL())
+			s := tg.start(t)
+			a, err := tg.new(s.URL())
 			require.NoError(t, err)
 			var admitted []string
 			refuse := false
@@ -332,9 +363,9 @@ func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
 			require.NoError(t, err)
 			_, err = a.(platform.KeyPolicy).HonoursIdempotencyKeys(ctx)
 			require.NoError(t, err)
-			require.Equal(t, []string{"GET /api/platform"}, admitted, "counted once: the answer is cached")
+			require.Equal(t, []string{tg.keys}, admitted, "counted once: the answer is cached")
 
-			a, err = ad.new("http://127.0.0.1:1")
+			a, err = tg.new("http://127.0.0.1:1")
 			require.NoError(t, err)
 			err = platform.CheckKeys(ctx, a, false)
 			require.ErrorIs(t, err, platform.ErrUnavailable)
@@ -345,13 +376,13 @@ func TestIdempotencySettingMustMatchTheBoard(t *testing.T) {
 // Every request a session sends passes the account's request budget
 // (SessionOptions.Admit); a refused booking is NOT_SENT.
 func TestAdmitCountsEveryRequest(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := boardtest.Start(t)
+			s := tg.start(t)
 			acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: password, Client: "acme"})
 			require.NoError(t, err)
-			a, err := ad.new(s.URL())
+			a, err := tg.new(s.URL())
 			require.NoError(t, err)
 			var seen []string
 			refuse := false
@@ -370,10 +401,9 @@ func TestAdmitCountsEveryRequest(t *testing.T) {
 			require.NoError(t, err)
 			_, err = sess.Jobs(ctx)
 			require.NoError(t, err)
-			require.Contains(t, seen, "POST /login")
-			require.Contains(t, seen, "POST /login/totp")
-			require.Contains(t, seen, "GET /api/session")
-			require.Contains(t, seen, "GET /api/loads")
+			for _, r := range append(tg.signIn, tg.feed) {
+				require.Contains(t, seen, r)
+			}
 			refuse = true
 			r := sess.Book(ctx, loads[0].ID, "op-1", nil)
 			require.Equal(t, wire.ResultNotSent, r.Result)
@@ -386,10 +416,10 @@ func TestAdmitCountsEveryRequest(t *testing.T) {
 // the client exactly once, another client's never; a booking made during
 // the walk is on a later page; only the last page ends the list.
 func TestBookingsArePagedByCursor(t *testing.T) {
-	for _, ad := range adapters(t) {
-		t.Run(ad.name, func(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			s, sess, creds := setup(t, ad.new)
+			s, sess, creds := setup(t, tg)
 			require.NoError(t, sess.Login(ctx, creds, &platform.TOTP{Secret: creds.TOTPSecret}))
 			_, err := s.CreateAccount(ctx, board.AccountSpec{Username: "rival-1", Password: password, Client: "rival"})
 			require.NoError(t, err)

@@ -220,6 +220,7 @@ const (
 	PageAfter  = "after"  // the next "after" is the last item's value
 	PageNumber = "page"   // a page number
 	PageLink   = "link"   // the next page's URL (Link header or a JSON path)
+	PageOffset = "offset" // the count of items read so far ({{.offset}})
 )
 
 // Orders of a listing.
@@ -230,10 +231,10 @@ const (
 
 // Paging says how a listing continues.
 type Paging struct {
-	// Kind is cursor, after, page or link.
+	// Kind is cursor, after, page, link or offset.
 	Kind string `yaml:"kind"`
-	// Start is the first cursor or after value ("" by default), or the
-	// first page number (default 1).
+	// Start is the first cursor or after value ("" by default), the
+	// first page number (default 1), or the first offset (default 0).
 	Start string `yaml:"start"`
 	// Next is the gjson path of the next cursor (cursor), or of the next
 	// page's URL (link; empty: the Link header's rel="next").
@@ -246,7 +247,7 @@ type Paging struct {
 	// Pages is the gjson path of the page count (page).
 	Pages string `yaml:"pages"`
 	// Size is the page size asked for: a page with fewer items ends the
-	// listing, and one with more proves nothing.
+	// listing, and one with more proves nothing. Offset paging needs it.
 	Size int `yaml:"size"`
 	// MaxPages is how many pages one feed poll reads (default 1).
 	MaxPages int `yaml:"max_pages"`
@@ -268,12 +269,15 @@ type Field struct {
 	Paths []string `yaml:"paths"`
 	Join  string   `yaml:"join"`
 	// Time is the format of a time: rfc3339 (default), epoch_s,
-	// epoch_ms, or layout (a Go layout, with Zone or ZonePath for a
-	// wall-clock time).
+	// epoch_ms, or layout (a Go layout, with Zone, ZonePath or
+	// ZoneInValue for a wall-clock time).
 	Time     string `yaml:"time"`
 	Layout   string `yaml:"layout"`
 	Zone     string `yaml:"zone"`
 	ZonePath string `yaml:"zone_path"`
+	// ZoneInValue: the value ends with its zone's name after the last
+	// space ("2026-12-02 07:50 America/Chicago"); Layout reads the rest.
+	ZoneInValue bool `yaml:"zone_in_value"`
 	// Unit of a weight (lb, kg, t), a distance (mi, km) or a rate (usd,
 	// cents, usd_per_mile, cents_per_mile, usd_per_km, cents_per_km).
 	Unit string `yaml:"unit"`
@@ -322,6 +326,11 @@ type Booking struct {
 	// IdempotencyHeader carries the booking key ({{.booking_key}} is also
 	// available to the request's templates).
 	IdempotencyHeader string `yaml:"idempotency_header"`
+	// FollowRedirects: a 301, 302 or 303 answer is followed with a GET
+	// (within the platform's origins) and the rules read the page it
+	// leads to, such as a confirmation page. A 307 or 308 is never
+	// followed: it would send the booking again.
+	FollowRedirects bool `yaml:"follow_redirects"`
 	// Results are tried in order; an answer no rule matches is UNKNOWN.
 	Results []ResultRule `yaml:"results"`
 }

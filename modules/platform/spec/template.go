@@ -11,13 +11,15 @@ import (
 )
 
 // Funcs are the functions a template may call: json writes a value as a
-// JSON literal (for JSON bodies), query escapes one for a URL.
+// JSON literal (for JSON bodies), query escapes one for a URL's query,
+// path escapes one for a segment of a URL's path.
 var Funcs = template.FuncMap{
 	"json": func(v any) (string, error) {
 		b, err := json.Marshal(v)
 		return string(b), err
 	},
 	"query": url.QueryEscape,
+	"path":  url.PathEscape,
 }
 
 // Template compiles one template of a spec. A missing variable is an
@@ -39,6 +41,7 @@ const (
 	VarVars       = "vars"
 	VarCursor     = "cursor"
 	VarPage       = "page"
+	VarOffset     = "offset"
 	VarKey        = "key"
 	VarBookingKey = "booking_key"
 )

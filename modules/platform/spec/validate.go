@@ -16,6 +16,9 @@ import (
 type validator struct {
 	loc  *locator
 	errs []FieldError
+	// bookingKey: the booking request sends {{.booking_key}} itself (a
+	// form field, a JSON member) rather than in idempotency_header.
+	bookingKey bool
 }
 
 func (v *validator) add(path, format string, args ...any) {
@@ -197,7 +200,7 @@ func (v *validator) session(s *Spec, sc scope) {
 
 func (v *validator) feed(s *Spec, sc scope) {
 	f := &s.Feed
-	sc = sc.with(VarCursor, VarPage)
+	sc = sc.with(VarCursor, VarPage, VarOffset)
 	used := v.request("feed.request", &f.Request, sc)
 	v.paging("feed.paging", &f.Paging, used, true)
 	v.jsonPath("feed.items", f.Items, true)
@@ -225,6 +228,7 @@ func (v *validator) booking(s *Spec, sc scope) {
 	if !slices.Contains(used, VarKey) {
 		v.add("booking.request", "the booking request must send the job's key ({{.key}})")
 	}
+	v.bookingKey = slices.Contains(used, VarBookingKey)
 	if b.IdempotencyHeader != "" && !tokenRe.MatchString(b.IdempotencyHeader) {
 		v.add("booking.idempotency_header", "%q is not a header name", b.IdempotencyHeader)
 	}
@@ -261,7 +265,7 @@ func (v *validator) booking(s *Spec, sc scope) {
 
 func (v *validator) bookings(s *Spec, sc scope) {
 	b := &s.Bookings
-	sc = sc.with(VarCursor, VarPage)
+	sc = sc.with(VarCursor, VarPage, VarOffset)
 	used := v.request("bookings.request", &b.Request, sc)
 	v.paging("bookings.paging", &b.Paging, used, false)
 	switch b.Order {
@@ -270,6 +274,9 @@ func (v *validator) bookings(s *Spec, sc scope) {
 	case OldestFirst, NewestFirst:
 	default:
 		v.add("bookings.order", "%q: say oldest_first or newest_first", b.Order)
+	}
+	if b.Paging.Kind == PageOffset && b.Order == NewestFirst {
+		v.add("bookings.order", "an offset walk newest first shifts under a booking made during it: page oldest first, or by cursor")
 	}
 	v.jsonPath("bookings.order_by", b.OrderBy, false)
 	v.jsonPath("bookings.items", b.Items, true)
@@ -306,8 +313,8 @@ func (v *validator) idempotency(s *Spec, sc scope) {
 			id.Read.Cache.D = 30 * time.Second
 		}
 	}
-	if id.Honoured != nil && *id.Honoured && s.Booking.IdempotencyHeader == "" {
-		v.add("idempotency.honoured", "the platform honours keys, but booking.idempotency_header does not say which header carries one")
+	if id.Honoured != nil && *id.Honoured && s.Booking.IdempotencyHeader == "" && !v.bookingKey {
+		v.add("idempotency.honoured", "the platform honours keys, but neither booking.idempotency_header nor the booking request ({{.booking_key}}) sends one")
 	}
 }
 
@@ -319,7 +326,7 @@ func (v *validator) paging(p string, pg *Paging, used []string, feed bool) {
 	}
 	switch pg.Kind {
 	case "":
-		v.add(p+".kind", "missing; say cursor, after, page or link")
+		v.add(p+".kind", "missing; say cursor, after, page, link or offset")
 	case PageCursor:
 		uses(VarCursor)
 		v.jsonPath(p+".next", pg.Next, true)
@@ -331,8 +338,20 @@ func (v *validator) paging(p string, pg *Paging, used []string, feed bool) {
 		v.jsonPath(p+".pages", pg.Pages, false)
 	case PageLink:
 		v.jsonPath(p+".next", pg.Next, false)
+	case PageOffset:
+		uses(VarOffset)
+		if pg.Size <= 0 {
+			v.add(p+".size", "missing; offset paging needs the page size the request asks for (a shorter page is the last)")
+		}
+		if pg.Start == "" {
+			pg.Start = "0"
+		}
+		var n int
+		if _, err := fmt.Sscanf(pg.Start, "%d", &n); err != nil || n < 0 {
+			v.add(p+".start", "%q: an offset starts at a whole number (default 0)", pg.Start)
+		}
 	default:
-		v.add(p+".kind", "%q: say cursor, after, page or link", pg.Kind)
+		v.add(p+".kind", "%q: say cursor, after, page, link or offset", pg.Kind)
 	}
 	if pg.Kind != PageCursor && pg.Kind != PageLink && pg.Next != "" {
 		v.add(p+".next", "only paging kinds cursor and link read a next value")
@@ -715,8 +734,8 @@ func (v *validator) field(p string, f *Field, kind fieldKind, required bool) {
 		v.add(p+".unit", "only a weight, distance or rate has a unit")
 	}
 	if kind != kindTime {
-		if f.Time != "" || f.Layout != "" || f.Zone != "" || f.ZonePath != "" {
-			v.add(p, "only a time has time, layout, zone or zone_path")
+		if f.Time != "" || f.Layout != "" || f.Zone != "" || f.ZonePath != "" || f.ZoneInValue {
+			v.add(p, "only a time has time, layout, zone, zone_path or zone_in_value")
 		}
 		return
 	}
@@ -729,11 +748,11 @@ func (v *validator) field(p string, f *Field, kind fieldKind, required bool) {
 	if f.Time == TimeLayout && f.Layout == "" {
 		v.add(p+".layout", "missing; time: layout needs a Go layout, e.g. 2006-01-02 15:04")
 	}
-	if f.Time != TimeLayout && (f.Layout != "" || f.Zone != "" || f.ZonePath != "") {
-		v.add(p+".time", "layout, zone and zone_path need time: layout")
+	if f.Time != TimeLayout && (f.Layout != "" || f.Zone != "" || f.ZonePath != "" || f.ZoneInValue) {
+		v.add(p+".time", "layout, zone, zone_path and zone_in_value need time: layout")
 	}
-	if f.Zone != "" && f.ZonePath != "" {
-		v.add(p+".zone", "give zone or zone_path, not both")
+	if n := btoi(f.Zone != "") + btoi(f.ZonePath != "") + btoi(f.ZoneInValue); n > 1 {
+		v.add(p+".zone", "give one of zone, zone_path or zone_in_value")
 	}
 	if f.Zone != "" {
 		if _, err := time.LoadLocation(f.Zone); err != nil {
@@ -743,4 +762,11 @@ func (v *validator) field(p string, f *Field, kind fieldKind, required bool) {
 	if f.ZonePath != "" {
 		v.jsonPath(p+".zone_path", f.ZonePath, true)
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
