@@ -1,7 +1,7 @@
 // Package platforms holds the platform specs this build ships
-// (docs/ADAPTERS.md). The files named sandbox*.yaml describe the sandbox
-// boards: a tenant's platform whose text is one of them needs no recorded
-// review before it claims (docs/LAW_REGISTER.md).
+// (docs/ADAPTERS.md). Sandboxes name those that describe the sandbox
+// board's dialects: a tenant's platform whose text is one of them needs no
+// recorded review before it claims (docs/LAW_REGISTER.md).
 package platforms
 
 import "embed"
@@ -10,3 +10,7 @@ import "embed"
 //
 //go:embed *.yaml
 var FS embed.FS
+
+// Sandboxes are the shipped specs of the sandbox board (`--role=board`):
+// its classic dialect and its html one.
+var Sandboxes = []string{"sandbox.yaml", "haulbridge.yaml"}

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"sort"
 	"strings"
@@ -74,11 +73,10 @@ func Digest(src string) string {
 }
 
 // shipped maps the digest of each sandbox spec this build ships
-// (examples/platforms/sandbox*.yaml) to its file name.
+// (examples/platforms, platforms.Sandboxes) to its file name.
 var shipped = func() map[string]string {
 	m := map[string]string{}
-	names, _ := fs.Glob(platforms.FS, "sandbox*.yaml")
-	for _, n := range names {
+	for _, n := range platforms.Sandboxes {
 		b, err := platforms.FS.ReadFile(n)
 		if err == nil {
 			m[Digest(string(b))] = path.Base(n)
