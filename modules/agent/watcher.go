@@ -43,6 +43,11 @@ func runWatcher(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error 
 			<-ctx.Done()
 			return nil
 		}
+		if errors.Is(err, supervisor.ErrNeedsPerson) {
+			// Its platform cannot be built: no retry can help.
+			h.OldestTask(time.Time{})
+			return err
+		}
 		if env.Clock.Since(started) > time.Minute {
 			backoff = time.Second
 		}
