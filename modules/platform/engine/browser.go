@@ -576,8 +576,8 @@ func (b *browserSide) submit(ctx context.Context, p *rod.Page, st *pageStep, cre
 		case <-t.C:
 		}
 		t.Reset(pollEvery)
-		if st.navigates && (before == "" || loader(sp) == before) {
-			continue
+		if st.navigates && before != "" && loader(sp) == before {
+			continue // still the form's own document
 		}
 		v, err := st.probe.look(sp)
 		if err != nil || (st.navigates && v.Ready != "complete") {
