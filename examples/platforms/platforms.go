@@ -1,5 +1,7 @@
 // Package platforms holds the platform specs this build ships
-// (docs/ADAPTERS.md). Sandboxes name those that describe the sandbox
+// (docs/ADAPTERS.md): the agent's built-in platforms, which a worker names
+// in its "platform" setting when the panel sends no spec of the account's
+// own. Sandboxes name those that describe the sandbox
 // board's dialects: a tenant's platform whose text is one of them needs no
 // recorded review before it claims (docs/LAW_REGISTER.md).
 package platforms

@@ -19,8 +19,6 @@ import (
 	"github.com/fleetwright/fleetwright/modules/agent/store"
 	"github.com/fleetwright/fleetwright/modules/agent/supervisor"
 	"github.com/fleetwright/fleetwright/modules/link"
-	"github.com/fleetwright/fleetwright/modules/platform"
-	"github.com/fleetwright/fleetwright/modules/platform/sandbox"
 	"github.com/fleetwright/fleetwright/modules/wire"
 )
 
@@ -73,8 +71,8 @@ type WorkerEnv struct {
 	Claims *Claims
 	// Sessions coordinates sign-ins and offers sessions for look-ups.
 	Sessions *Sessions
-	// Adapters builds the platform adapter named by the worker's settings.
-	Adapters map[string]platform.Factory
+	// Platforms builds the account's platform adapter from its spec.
+	Platforms *Platforms
 	// Browsers are the agent's browser slots: take one before launching
 	// Chromium, give it back after closing it.
 	Browsers chan struct{}
@@ -140,9 +138,10 @@ type Config struct {
 	Jitter func() float64
 	// RestartDelay is passed to the supervisor (0: its default).
 	RestartDelay time.Duration
-	// Adapters are the platforms workers can name in their "platform"
-	// setting (default: the sandbox board).
-	Adapters map[string]platform.Factory
+	// Platforms builds the workers' adapters from platform specs (nil: a
+	// fresh NewPlatforms, the built-in specs; a test passes its own to
+	// count compiles).
+	Platforms *Platforms
 	// BrowserSlots bounds the Chromium processes the agent runs at once
 	// (--browser-slots, FLEET_AGENT_BROWSER_SLOTS, default 2).
 	BrowserSlots int
@@ -179,9 +178,6 @@ func (c *Config) defaults() {
 	}
 	if c.Kinds == nil {
 		c.Kinds = DefaultKinds()
-	}
-	if c.Adapters == nil {
-		c.Adapters = map[string]platform.Factory{sandbox.Name: sandbox.New}
 	}
 	if c.BrowserSlots <= 0 {
 		c.BrowserSlots = 2
@@ -278,7 +274,7 @@ func (c *Config) Register(s *config.Set) {
 
 func (a *agent) workerEnv(spec wire.WorkerSpec, acct wire.Account) WorkerEnv {
 	return WorkerEnv{Spec: spec, Account: acct, Paused: a.isPaused, Store: a.store,
-		Claims: a.claims, Sessions: a.sessions, Adapters: a.cfg.Adapters, Browsers: a.browsers, Crawl: a.crawl,
+		Claims: a.claims, Sessions: a.sessions, Platforms: a.platforms, Browsers: a.browsers, Crawl: a.crawl,
 		BrowserUser: a.cfg.BrowserUser, BrowserNoSandbox: a.cfg.BrowserNoSandbox,
 		Event: a.event, Clock: a.cfg.Clock, Log: a.log.With("worker", spec.Name, "kind", spec.Kind), gateStop: a.gateStop, PanelClock: a.panelClock,
 		Budget: a.budget, BrowserTime: a.browserTime}

@@ -99,8 +99,9 @@ func TestAV4PanelGetsNoCredentialsSent(t *testing.T) {
 
 // TestBoardTrafficStaysOnTheBoard: the board's pages redirect the HTTP
 // session's session check and the browser's sign-in page to another
-// loopback port. Both go through the agent's egress guard, which admits
-// the board's origin only: that port receives no request (a cookie jar
+// loopback port. The engine refuses a redirect off the platform's origins
+// before dialling, and the agent's egress guard admits the board's origin
+// only: that port receives no request (a cookie jar
 // would have sent it the session cookie: cookies do not tell ports apart).
 func TestBoardTrafficStaysOnTheBoard(t *testing.T) {
 	s, creds := boardAccount(t)
@@ -126,11 +127,22 @@ func TestBoardTrafficStaysOnTheBoard(t *testing.T) {
 		wire.WorkerSpec{Name: "w1", Kind: KindWatcher})
 	_, logs := runAgent(t, p, "")
 	p.waitConnected(t)
-	// Each worker's guard says it refused the redirect's target.
+	// Each worker says it refused the redirect's target: the browser's
+	// guard, and the HTTP session's engine itself (a redirect off the
+	// platform's origins is never even dialled; its guard would refuse it
+	// too).
 	other := strings.TrimPrefix(elsewhere.URL, "http://")
+	refusedByEngine := func(out string) bool {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "worker=h1") && strings.Contains(line, "redirect: "+elsewhere.URL+" is not one of the platform's origins") {
+				return true
+			}
+		}
+		return false
+	}
 	require.Eventually(t, func() bool {
 		out := logs.String()
-		return strings.Contains(out, "worker=h1 kind=http_actor target="+other) &&
+		return (strings.Contains(out, "worker=h1 kind=http_actor target="+other) || refusedByEngine(out)) &&
 			strings.Contains(out, "worker=w1 kind=watcher target="+other)
 	}, 90*time.Second, 50*time.Millisecond)
 	require.NotZero(t, sessionChecks.Load())

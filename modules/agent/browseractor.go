@@ -91,12 +91,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 	// The page's booking requests (the meter hands them here; every other
 	// request to the platform it counts against the account's budget).
 	bookPaused := func(e *proto.FetchRequestPaused) {
-		body := []byte(e.Request.PostData)
-		if len(body) == 0 {
-			for _, pe := range e.Request.PostDataEntries {
-				body = append(body, pe.Bytes...)
-			}
-		}
+		body := requestBody(e.Request)
 		act := current()
 		if act == nil {
 			fail(e.RequestID) // a booking nobody asked for never leaves
@@ -106,7 +101,7 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			testHookPaused(act.key)
 		}
 		act.mu.Lock()
-		if act.closed || act.taken || bside.BookRequestKey(body) != act.key {
+		if act.closed || act.taken || bside.BookRequestKey(parseURL(e.Request.URL), body) != act.key {
 			// A second request of the same booking (the page's own retry)
 			// never leaves either: one booking, one request.
 			act.mu.Unlock()

@@ -90,7 +90,7 @@ func bookOnce(page *rod.Page, tr *platform.Transport, t traits.Traits, bside pla
 			return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "no answer: " + platform.ShortErr(oe.Err)}
 		}
 	}
-	r := bside.ParseBookResponse(ans.Status, ans.Body)
+	r := bside.ParseBookResponse(ans.Status, ans.Header, ans.Body)
 	r.SentAt = sentAt
 	if r.Result == wire.ResultConfirmed {
 		r.ConfirmedAt = clk.Now()

@@ -248,6 +248,18 @@ func (ps *pageSession) state(ctx context.Context) (platform.PageState, error) {
 	return ps.ad.Browser().State(c, ps.page)
 }
 
+// requestBody is a request's body as CDP reports it (its data, or its
+// entries).
+func requestBody(r *proto.NetworkRequest) []byte {
+	body := []byte(r.PostData)
+	if len(body) == 0 {
+		for _, pe := range r.PostDataEntries {
+			body = append(body, pe.Bytes...)
+		}
+	}
+	return body
+}
+
 func parseURL(s string) *url.URL {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -276,7 +288,7 @@ func (ps *pageSession) meter(ctx context.Context, page *rod.Page, book func(e *p
 	// missed (one nobody continues would hang the page).
 	events := page.Context(ctx).EachEvent(func(e *proto.FetchRequestPaused) {
 		u := parseURL(e.Request.URL)
-		if book != nil && bside.IsBookRequest(e.Request.Method, u) {
+		if book != nil && bside.IsBookRequest(e.Request.Method, u, requestBody(e.Request)) {
 			book(e)
 			return
 		}

@@ -50,6 +50,7 @@ type claimPanel struct {
 	hardMS   int64
 	noAck    atomic.Bool  // do not acknowledge outcomes (the agent must keep them)
 	gates    atomic.Int64 // gate checks answered
+	leases   atomic.Int64 // lease requests received
 
 	detected chan wire.Sighting
 	outcomes chan wire.Outcome
@@ -198,6 +199,7 @@ func (p *claimPanel) handle(ctx context.Context, m wire.Message) {
 			p.detected <- s
 		}
 	case wire.LeaseRequest:
+		p.leases.Add(1)
 		p.record(ctx, m.Key)
 		l, err := p.claims.Lease(ctx, claim.LeaseRequest{Tenant: p.tenant, Key: m.Key, Holder: p.holder(m.Worker), For: p.leaseFor})
 		res := wire.LeaseResult{RequestID: m.RequestID, Key: m.Key}

@@ -24,11 +24,13 @@ import (
 // lives here, outside any connection, so a drop loses nothing and the next
 // connection reports it.
 type agent struct {
-	cfg   Config
-	log   *slog.Logger
-	store *store.Store
-	token wire.Secret
-	wsURL string
+	cfg Config
+	log *slog.Logger
+	// platforms builds the workers' adapters from platform specs.
+	platforms *Platforms
+	store     *store.Store
+	token     wire.Secret
+	wsURL     string
 	// installKey is the installation key from the state dir (credential.go
 	// in modules/wire): credentials are sealed to it.
 	installKey *ecdh.PrivateKey
@@ -89,6 +91,10 @@ func newAgent(cfg Config, log *slog.Logger, st *store.Store, token wire.Secret, 
 	a.claims = newClaims(a)
 	a.sessions = newSessions(a)
 	a.crawl = newCrawlHub()
+	a.platforms = cfg.Platforms
+	if a.platforms == nil {
+		a.platforms = NewPlatforms()
+	}
 	a.browsers = make(chan struct{}, cfg.BrowserSlots)
 	a.sup = supervisor.New(cfg.Clock, log, supervisor.Options{
 		RestartDelay: cfg.RestartDelay,
@@ -362,6 +368,9 @@ func (a *agent) takeCredentials(ctx context.Context, agentID string, plain wire.
 func (a *agent) configure(workersCtx context.Context, c wire.Config) {
 	a.mu.Lock()
 	a.paused = c.Paused
+	// A new platform spec (or none where there was one) builds every
+	// worker's adapter anew: the workers start again.
+	replatformed := platformDigest(a.account) != platformDigest(c.Account)
 	a.account = c.Account
 	want := map[string]wire.WorkerSpec{}
 	for _, w := range c.Workers {
@@ -373,7 +382,7 @@ func (a *agent) configure(workersCtx context.Context, c wire.Config) {
 	a.mu.Unlock()
 
 	for name, spec := range old {
-		if nw, ok := want[name]; !ok || !sameSpec(nw, spec) {
+		if nw, ok := want[name]; !ok || !sameSpec(nw, spec) || replatformed {
 			_ = a.sup.Remove(name)
 		}
 	}
@@ -388,7 +397,7 @@ func (a *agent) configure(workersCtx context.Context, c wire.Config) {
 		}
 		a.specs[name] = spec
 		a.mu.Unlock()
-		if o, ok := old[name]; ok && sameSpec(o, spec) {
+		if o, ok := old[name]; ok && sameSpec(o, spec) && !replatformed {
 			continue
 		}
 		env := a.workerEnv(spec, c.Account)
@@ -396,6 +405,13 @@ func (a *agent) configure(workersCtx context.Context, c wire.Config) {
 			Run: func(ctx context.Context, h *supervisor.Handle) error { return fn(ctx, h, env) }})
 	}
 	a.notify()
+}
+
+func platformDigest(acct wire.Account) string {
+	if acct.Platform == nil {
+		return ""
+	}
+	return acct.Platform.Digest
 }
 
 func sameSpec(a, b wire.WorkerSpec) bool {

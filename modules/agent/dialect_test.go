@@ -57,12 +57,9 @@ func (d agentDialect) worker(w wire.WorkerSpec) wire.WorkerSpec {
 	return w
 }
 
-// agent adds the dialect's adapter to the agent's.
-func (d agentDialect) agent(c *Config) {
-	if d.factory != nil {
-		c.Adapters = map[string]platform.Factory{d.platform: d.factory}
-	}
-}
+// agent leaves the agent as it is: its built-in specs include the html
+// dialect's, which the worker's platform setting names.
+func (d agentDialect) agent(*Config) {}
 
 func (d agentDialect) board(c *board.Config) { c.Dialect = d.name }
 

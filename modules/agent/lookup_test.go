@@ -94,7 +94,7 @@ func TestLookupIsPagedForAV4Panel(t *testing.T) {
 	// empty complete list.
 	lr := p.lookupOnce(t, wire.Lookup{RequestID: wire.NewID(), Cursor: "not-a-cursor"})
 	require.False(t, lr.Complete)
-	require.Contains(t, lr.Error, "not a booking id")
+	require.Contains(t, lr.Error, `cursor "not-a-cursor" is not one this adapter gave`)
 }
 
 // A v3 panel cannot ask for a next page: the agent answers with the whole

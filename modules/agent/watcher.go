@@ -43,6 +43,11 @@ func runWatcher(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error 
 			<-ctx.Done()
 			return nil
 		}
+		if errors.Is(err, supervisor.ErrNeedsPerson) {
+			// Its platform cannot be built: no retry can help.
+			h.OldestTask(time.Time{})
+			return err
+		}
 		if env.Clock.Since(started) > time.Minute {
 			backoff = time.Second
 		}
@@ -116,15 +121,34 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 	bclock := newBoardClock(env.Clock)
 	signedOut := make(chan struct{}, 1)
 
+	// jobsReqs are the page's requests whose answers carry jobs (told by
+	// their method, URL and body when they leave).
+	jobsReqs := map[proto.NetworkRequestID]bool{}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		page.EachEvent(func(e *proto.NetworkRequestWillBeSent) {
-			if e.Request != nil && bside.IsJobsResponse(parseURL(e.Request.URL)) {
+			if e.Request == nil {
+				return
+			}
+			body := requestBody(e.Request)
+			if len(body) == 0 && e.Request.HasPostData {
+				// A large body is not in the event; ask for it.
+				if res, err := (proto.NetworkGetRequestPostData{RequestID: e.RequestID}).Call(page); err == nil {
+					body = []byte(res.PostData)
+				}
+			}
+			if bside.IsJobsRequest(e.Request.Method, parseURL(e.Request.URL), body) {
+				mu.Lock()
+				jobsReqs[e.RequestID] = true
+				mu.Unlock()
 				bclock.willBeSent(e)
 			}
 		}, func(e *proto.NetworkResponseReceived) {
-			if e.Response == nil || !bside.IsJobsResponse(parseURL(e.Response.URL)) {
+			mu.Lock()
+			jobs := jobsReqs[e.RequestID]
+			mu.Unlock()
+			if e.Response == nil || !jobs {
 				return
 			}
 			sent, received, timed := bclock.span(e.RequestID, e.Response.Timing)
@@ -146,6 +170,7 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 			mu.Lock()
 			p, ok := responses[e.RequestID]
 			delete(responses, e.RequestID)
+			delete(jobsReqs, e.RequestID)
 			mu.Unlock()
 			if !ok {
 				return
@@ -158,6 +183,7 @@ func watchOnce(ctx context.Context, h *supervisor.Handle, env WorkerEnv) error {
 		}, func(e *proto.NetworkLoadingFailed) {
 			mu.Lock()
 			delete(responses, e.RequestID)
+			delete(jobsReqs, e.RequestID)
 			mu.Unlock()
 		})()
 	}()

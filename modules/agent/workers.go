@@ -39,7 +39,7 @@ func DefaultKinds() map[string]WorkerFunc {
 
 // Settings keys and defaults (docs/WORKERS.md).
 const (
-	SettingPlatform    = "platform"        // adapter name, default "sandbox"
+	SettingPlatform    = "platform"        // built-in platform's name when the panel sends no spec, default "sandbox"
 	SettingMarginMS    = "lease_margin_ms" // safety margin subtracted from the lease, default 500
 	SettingKeepWarmMS  = "keep_warm_ms"    // session check interval, default 20000 (HTTP), 1000 (browser)
 	SettingLoginTries  = "login_retries"   // consecutive failed sign-ins before the worker fails, default 3
@@ -72,23 +72,28 @@ func settingInt(spec wire.WorkerSpec, key string, def int) int {
 // yet, a panel before protocol v5, or a board URL that points elsewhere —
 // and reports why (credentialsNotSent): the board URL alone never decides
 // where the account's session goes.
+//
+// The adapter is built from a platform spec (Platforms): one that cannot
+// be built — a digest that does not match, a spec that does not parse —
+// is reported (event platform_refused, with the reason) and stops the
+// worker as needs-person before anything is sent or claimed; a new spec
+// from the panel starts it again.
 func (env WorkerEnv) adapter(ctx context.Context) (platform.Adapter, *egress.Guard, error) {
-	name := env.Spec.Settings[SettingPlatform]
-	if name == "" {
-		name = defaultAdapter
-	}
-	f, ok := env.Adapters[name]
-	if !ok {
-		return nil, nil, fmt.Errorf("agent: worker %s: unknown platform %q", env.Spec.Name, name)
-	}
 	if env.Account.BoardURL == "" {
 		return nil, nil, fmt.Errorf("agent: worker %s: the account has no board URL", env.Spec.Name)
 	}
-	origins, err := env.boundOrigins(ctx)
+	ad, ps, err := env.Platforms.Adapter(env.Account, env.Spec.Settings[SettingPlatform])
 	if err != nil {
-		return nil, nil, err
+		f := map[string]string{"reason": reason(err)}
+		if ps != nil {
+			f["platform"], f["version"], f["digest"] = ps.Name, strconv.Itoa(ps.Version), ps.Digest
+		}
+		env.Log.Error("agent: the account's platform cannot be built; claiming nothing", "err", err)
+		env.event(wire.LevelError, "platform_refused",
+			"not signing in or claiming: the account's platform cannot be built from its spec: "+f["reason"], f)
+		return nil, nil, fmt.Errorf("agent: worker %s: %w: %w", env.Spec.Name, supervisor.ErrNeedsPerson, err)
 	}
-	ad, err := f(env.Account.BoardURL)
+	origins, err := env.boundOrigins(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -217,9 +217,10 @@ type Browser interface {
 	Login(ctx context.Context, page *rod.Page, creds Credentials, codes *TOTP) error
 	// JobsURL is the page a watcher and a browser actor keep open.
 	JobsURL() string
-	// IsJobsResponse tells the responses that carry jobs as JSON, read by
-	// the watcher through CDP network events (never the DOM).
-	IsJobsResponse(u *url.URL) bool
+	// IsJobsRequest tells the page's own requests whose responses carry
+	// jobs as JSON (by method, URL and body: a GraphQL operation name),
+	// read by the watcher through CDP network events (never the DOM).
+	IsJobsRequest(method string, u *url.URL, body []byte) bool
 	// ParseJobs decodes such a response body.
 	ParseJobs(body []byte) ([]wire.Job, error)
 	// IsSignedOutResponse tells a jobs response that says the session ended.
@@ -227,10 +228,10 @@ type Browser interface {
 	// BookRequestPattern is the CDP Fetch URL pattern of the booking request,
 	// and IsBookRequest confirms a paused request is one.
 	BookRequestPattern() string
-	IsBookRequest(method string, u *url.URL) bool
-	// BookRequestKey reads the job key from a booking request's body, so
-	// the actor lets only the booking of its own job leave.
-	BookRequestKey(body []byte) string
+	IsBookRequest(method string, u *url.URL, body []byte) bool
+	// BookRequestKey reads the job key from a booking request (its URL or
+	// body), so the actor lets only the booking of its own job leave.
+	BookRequestKey(u *url.URL, body []byte) string
 	// IdempotencyHeader is the request header that carries the booking key
 	// ("" if the platform takes none).
 	IdempotencyHeader() string
@@ -238,7 +239,7 @@ type Browser interface {
 	// it to appear within ctx).
 	ClickBook(ctx context.Context, page *rod.Page, key string) error
 	// ParseBookResponse maps the booking answer to a result.
-	ParseBookResponse(status int, body []byte) BookResult
+	ParseBookResponse(status int, header http.Header, body []byte) BookResult
 	// State detects a captcha, a signed-out page, or a jobs view that is
 	// an error page (PageBroken).
 	State(ctx context.Context, page *rod.Page) (PageState, error)

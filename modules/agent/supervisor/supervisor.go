@@ -51,9 +51,16 @@ type Worker struct {
 	Name string
 	Kind string
 	// Run does the work until ctx ends. Returning nil means done for good;
-	// an error (or a panic) asks for a restart within the budget.
+	// an error (or a panic) asks for a restart within the budget, and an
+	// error wrapping ErrNeedsPerson stops it until a person restarts it.
 	Run func(ctx context.Context, h *Handle) error
 }
+
+// ErrNeedsPerson, wrapped in a worker's error, says no restart can help
+// (its configuration cannot work): the worker stops as needs-person at
+// once, its error the last error, without spending its budget. The worker
+// has told the panel why itself.
+var ErrNeedsPerson = errors.New("supervisor: the worker cannot run until a person changes its configuration")
 
 // Handle lets a running worker report progress for the state report.
 type Handle struct {
@@ -275,6 +282,15 @@ func (s *Supervisor) loop(ctx context.Context, e *entry) {
 		if err == nil {
 			s.log.Info("supervisor: worker finished", "worker", e.w.Name)
 			s.set(e, StateDone)
+			return
+		}
+		if errors.Is(err, ErrNeedsPerson) {
+			s.mu.Lock()
+			e.lastErr = err.Error()
+			e.state = StateNeedsPerson
+			s.mu.Unlock()
+			s.log.Error("supervisor: worker cannot run as configured; stopped until a person fixes it", "worker", e.w.Name, "err", err)
+			s.changed()
 			return
 		}
 		now := s.clk.Now()

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/fleetwright/fleetwright/app/testenv"
 	"log/slog"
 	"sync"
@@ -264,4 +265,28 @@ func TestHandleReportsProgress(t *testing.T) {
 	require.Equal(t, at.Add(-time.Minute), st.OldestTask)
 	require.NoError(t, b.sup.Remove("h"))
 	require.Empty(t, b.sup.States())
+}
+
+// A worker whose configuration cannot work (ErrNeedsPerson) stops as
+// needs-person at once, spending no restart; a start replaces it.
+func TestNeedsPersonStopsAtOnce(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); b.sup.Wait() }()
+	w := newScripted()
+	require.NoError(t, b.sup.Start(ctx, Worker{Name: "actor-1", Kind: "actor", Run: w.run}))
+	w.waitRun(t)
+	w.results <- func() error { return fmt.Errorf("agent: the spec does not parse: %w", ErrNeedsPerson) }
+	b.eventually(t, "actor-1", StateNeedsPerson)
+	w.noRun(t)
+	st := b.state(t, "actor-1")
+	require.Equal(t, 0, st.Restarts)
+	require.Contains(t, st.LastError, "the spec does not parse")
+	b.mu.Lock()
+	require.Empty(t, b.needed, "the worker told the panel why itself")
+	b.mu.Unlock()
+
+	require.NoError(t, b.sup.Start(ctx, Worker{Name: "actor-1", Kind: "actor", Run: w.run}))
+	w.waitRun(t)
+	b.eventually(t, "actor-1", StateRunning)
 }

@@ -70,10 +70,9 @@ func startLookupFleetOn(t *testing.T, d lookupDialect) *lookupFleet {
 	acct, err := brd.CreateAccount(ctx, board.AccountSpec{Username: "acme-1", Password: "acme-password-1", Client: "acme"})
 	require.NoError(t, err)
 	var settings map[string]string
-	var adapters map[string]platform.Factory
 	if d.platform != "" {
+		// The agent's built-in specs include the html dialect's.
 		settings = map[string]string{agent.SettingPlatform: d.platform}
-		adapters = map[string]platform.Factory{d.platform: d.factory}
 	}
 	id, err := b.store.CreateAccount(ctx, b.tenant, fleet.AccountInput{Key: "acme-1", BoardURL: brd.URL(), Client: "acme",
 		Username: "acme-1", Password: "acme-password-1", TOTPSecret: acct.TOTPSecret,
@@ -95,7 +94,7 @@ func startLookupFleetOn(t *testing.T, d lookupDialect) *lookupFleet {
 	done := make(chan error, 1)
 	go func() {
 		done <- agent.Run(actx, agent.Config{PanelURL: url, TokenFile: tok, StateDir: dir, StateEvery: 200 * time.Millisecond,
-			IOTimeout: 5 * time.Second, Adapters: adapters}, slog.New(slog.DiscardHandler))
+			IOTimeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -113,6 +113,16 @@ func (s *session) Bookings(ctx context.Context, cursor string) (platform.Booking
 	if err != nil {
 		return platform.Bookings{}, err
 	}
+	return s.bookingsPage(ans, w, d)
+}
+
+// bookingsPage reads one signed-in answer of the look-up (over HTTP, or
+// fetched by the page) from where the walk w stands.
+func (s *session) bookingsPage(ans *answer, w walk, d data) (platform.Bookings, error) {
+	a := s.a
+	l := a.bookings
+	pg := l.paging
+	var err error
 	items := gjson.GetBytes(ans.body, l.items)
 	if !items.IsArray() {
 		return platform.Bookings{}, fmt.Errorf("engine: %s: bookings: field items (path %s) is not a list: the answer's shape changed", a.s.Name, l.items)

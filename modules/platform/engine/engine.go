@@ -52,8 +52,10 @@ type Adapter struct {
 	total    string
 	complete *cond
 
+	page *pageSide // the browser section (nil: HTTP only)
+
 	keysReq  *request
-	kmu      sync.Mutex
+	kmu      *sync.Mutex // a pointer: Fork gives each fork its own
 	keys     bool
 	keysAt   time.Time
 	admit    func(*http.Request) error
@@ -132,7 +134,7 @@ func New(s *spec.Spec, baseURL string) (*Adapter, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("engine: %s: base URL %q must be http(s)://host[:port]", s.Name, baseURL)
 	}
-	a := &Adapter{s: s, base: u, origins: []string{origin(u)}, keysHTTP: &http.Client{Timeout: 5 * time.Second}}
+	a := &Adapter{s: s, base: u, origins: []string{origin(u)}, kmu: &sync.Mutex{}, keysHTTP: &http.Client{Timeout: 5 * time.Second}}
 	for _, o := range s.Origins {
 		ou, err := url.Parse(o)
 		if err == nil {
@@ -282,7 +284,7 @@ func (a *Adapter) compile() error {
 		}
 	}
 	a.book.fix(a.base, a.allowed)
-	return nil
+	return a.compileBrowser()
 }
 
 func compileCheck(name string, r spec.Request, success *spec.Cond, ex map[string]spec.Extractor) (*checkReq, error) {
@@ -753,7 +755,6 @@ func (s *session) Cookies() []*http.Cookie { return s.jar.Cookies(s.a.base) }
 // SetCookies implements platform.Session.
 func (s *session) SetCookies(cookies []*http.Cookie) { s.jar.SetCookies(s.a.base, cookies) }
 
-// Browser implements platform.Adapter. Version 1 of the schema describes a
-// platform over HTTP only: the browser side answers from the spec where it
-// can, and every page action fails with ErrNoBrowser.
+// Browser implements platform.Adapter: the spec's browser section; without
+// one every page action fails with ErrNoBrowser.
 func (a *Adapter) Browser() platform.Browser { return &browserSide{a: a} }

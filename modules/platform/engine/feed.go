@@ -252,11 +252,12 @@ func (a *Adapter) job(it gjson.Result) (wire.Job, error) {
 	return j, nil
 }
 
-// ParseJobs maps a feed answer's body (the browser side's job responses).
-func (a *Adapter) parseJobs(body []byte) ([]wire.Job, error) {
-	items := gjson.GetBytes(body, a.feed.items)
+// parseItems maps a jobs answer's body, its jobs at the gjson path items
+// (the feed's, or the browser section's for the page's own responses).
+func (a *Adapter) parseItems(body []byte, path string) ([]wire.Job, error) {
+	items := gjson.GetBytes(body, path)
 	if !items.IsArray() {
-		return nil, fmt.Errorf("engine: %s: feed: field items (path %s) is not a list: the answer's shape changed", a.s.Name, a.feed.items)
+		return nil, fmt.Errorf("engine: %s: feed: field items (path %s) is not a list: the answer's shape changed", a.s.Name, path)
 	}
 	out := make([]wire.Job, 0, len(items.Array()))
 	for i, it := range items.Array() {

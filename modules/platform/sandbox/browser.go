@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -23,8 +24,8 @@ var _ platform.Browser = (*browserSide)(nil)
 
 func (b *browserSide) JobsURL() string { return b.a.url("/loads") }
 
-func (b *browserSide) IsJobsResponse(u *url.URL) bool {
-	return u.Host == b.a.base.Host && u.Path == "/api/loads"
+func (b *browserSide) IsJobsRequest(method string, u *url.URL, _ []byte) bool {
+	return method == "GET" && u.Host == b.a.base.Host && u.Path == "/api/loads"
 }
 
 func (b *browserSide) ParseJobs(body []byte) ([]wire.Job, error) {
@@ -47,11 +48,11 @@ func (b *browserSide) IsSignedOutResponse(status int) bool { return status == 40
 
 func (b *browserSide) BookRequestPattern() string { return "*/api/book*" }
 
-func (b *browserSide) IsBookRequest(method string, u *url.URL) bool {
+func (b *browserSide) IsBookRequest(method string, u *url.URL, _ []byte) bool {
 	return method == "POST" && u.Host == b.a.base.Host && u.Path == "/api/book"
 }
 
-func (b *browserSide) BookRequestKey(body []byte) string {
+func (b *browserSide) BookRequestKey(_ *url.URL, body []byte) string {
 	var v struct {
 		LoadID string `json:"load_id"`
 	}
@@ -66,7 +67,7 @@ func (b *browserSide) BookRequestKey(body []byte) string {
 
 func (b *browserSide) IdempotencyHeader() string { return "Idempotency-Key" }
 
-func (b *browserSide) ParseBookResponse(status int, body []byte) platform.BookResult {
+func (b *browserSide) ParseBookResponse(status int, _ http.Header, body []byte) platform.BookResult {
 	return parseBook(status, body)
 }
 

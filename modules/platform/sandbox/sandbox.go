@@ -1,6 +1,8 @@
-// Package sandbox is the platform adapter of Fleetwright's sandbox board
-// (modules/board, docs/BOARD.md): the first adapter and the reference for
-// new ones (docs/ADAPTERS.md).
+// Package sandbox is the hand-written platform adapter of Fleetwright's
+// sandbox board (modules/board, docs/BOARD.md), kept as a test oracle: the
+// sandbox suites run over it and over the spec-driven engine
+// (examples/platforms/sandbox.yaml), which is the only adapter the roles
+// use. Only tests import this package (TestOnlyTestsImportTheOracle).
 package sandbox
 
 import (

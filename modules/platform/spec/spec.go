@@ -39,6 +39,8 @@ type Spec struct {
 	Bookings Bookings `yaml:"bookings"`
 	// Idempotency says whether the platform honours idempotency keys.
 	Idempotency Idempotency `yaml:"idempotency"`
+	// Browser is the platform in a real page (nil: over HTTP only).
+	Browser *Browser `yaml:"browser"`
 }
 
 // Limits are the platform's own limits.

@@ -12,14 +12,36 @@ import (
 
 // Funcs are the functions a template may call: json writes a value as a
 // JSON literal (for JSON bodies), query escapes one for a URL's query,
-// path escapes one for a segment of a URL's path.
+// path escapes one for a segment of a URL's path, css quotes one as a CSS
+// string (for a selector).
 var Funcs = template.FuncMap{
+	"css": CSSString,
 	"json": func(v any) (string, error) {
 		b, err := json.Marshal(v)
 		return string(b), err
 	},
 	"query": url.QueryEscape,
 	"path":  url.PathEscape,
+}
+
+// CSSString quotes s as a CSS string literal: a selector built from a value
+// (a job's key) matches that value, whatever characters it has.
+func CSSString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\%x ", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // Template compiles one template of a spec. A missing variable is an
@@ -112,7 +134,7 @@ func refs(text string, sc scope) ([]string, error) {
 		case *parse.TextNode, *parse.IdentifierNode, *parse.StringNode, *parse.NumberNode,
 			*parse.BoolNode, *parse.NilNode, *parse.DotNode:
 		default:
-			bad = fmt.Errorf("%q: only {{.variable}}, {{if}}…{{end}} and the functions json and query are allowed in a spec", n.String())
+			bad = fmt.Errorf("%q: only {{.variable}}, {{if}}…{{end}} and the functions json, query and css are allowed in a spec", n.String())
 		}
 	}
 	walk(t.Tree.Root)

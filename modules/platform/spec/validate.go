@@ -67,6 +67,7 @@ func (v *validator) spec(s *Spec) {
 	v.booking(s, sess)
 	v.bookings(s, sess)
 	v.idempotency(s, base)
+	v.browser(s)
 }
 
 // vars are every name the sign-in steps, the check and the refresh extract.
