@@ -122,22 +122,30 @@ func (t *trackedBatch) Close() error {
 // transaction that only takes an xid writes no WAL before its commit
 // record and does not wait.) A wait cut short is ErrSyncWaitCanceled.
 func WaitReplicated(ctx context.Context, pool *pgxpool.Pool) error {
-	c, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("db: wait for the standby: %w", err)
-	}
-	defer c.Release()
-	pc := c.Conn().PgConn()
-	takeCanceledSyncWait(pc)
-	err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+	err := trackedTx(ctx, pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'fleetwright', 'replicated')`)
 		return err
 	})
-	if err == nil && takeCanceledSyncWait(pc) {
-		err = ErrSyncWaitCanceled
-	}
 	if err != nil {
 		return fmt.Errorf("db: wait for the standby: %w", err)
 	}
 	return nil
+}
+
+// trackedTx runs fn in a transaction on a connection of its own and
+// reports ErrSyncWaitCanceled when the commit's wait for its synchronous
+// standby was cut short.
+func trackedTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	pc := c.Conn().PgConn()
+	takeCanceledSyncWait(pc)
+	err = pgx.BeginFunc(ctx, c, fn)
+	if err == nil && takeCanceledSyncWait(pc) {
+		err = ErrSyncWaitCanceled
+	}
+	return err
 }

@@ -16,25 +16,14 @@ func InTenant(ctx context.Context, pool *pgxpool.Pool, tenantID string, fn func(
 	if tenantID == "" {
 		return fmt.Errorf("db: no tenant given")
 	}
-	c, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Release()
-	pc := c.Conn().PgConn()
-	takeCanceledSyncWait(pc)
-	err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+	// A commit whose synchronous wait was cut short is not a success (see
+	// syncrep.go).
+	return trackedTx(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('app.tenant_id', $1, true)", tenantID); err != nil {
 			return fmt.Errorf("db: set tenant: %w", err)
 		}
 		return fn(tx)
 	})
-	// A commit whose synchronous wait was cut short is not a success (see
-	// syncrep.go).
-	if err == nil && takeCanceledSyncWait(pc) {
-		err = ErrSyncWaitCanceled
-	}
-	return err
 }
 
 // TenantRow runs one statement in tenant scope in a single round trip: the

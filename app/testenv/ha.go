@@ -350,28 +350,6 @@ func (c *PGCluster) Kill(m *PGMember) {
 	}
 }
 
-// Freeze SIGSTOPs every process of member m — its Patroni and each process
-// of its Postgres — as a host that hangs (a stalled VM, a paused
-// container) does: its connections stay open and nothing answers on them.
-// Thaw continues them.
-func (c *PGCluster) Freeze(m *PGMember) { m.signalAll(syscall.SIGSTOP) }
-
-// Thaw SIGCONTs every process of member m that Freeze stopped.
-func (c *PGCluster) Thaw(m *PGMember) { m.signalAll(syscall.SIGCONT) }
-
-func (m *PGMember) signalAll(sig syscall.Signal) {
-	m.mu.Lock()
-	cmd := m.cmd
-	m.mu.Unlock()
-	if cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, sig)
-		_ = cmd.Process.Signal(sig)
-	}
-	for _, pid := range processesUnder(m.Data()) {
-		_ = syscall.Kill(pid, sig)
-	}
-}
-
 // Stop stops member m's Patroni cleanly (it stops its Postgres first).
 func (c *PGCluster) Stop(m *PGMember) {
 	m.mu.Lock()
