@@ -66,7 +66,8 @@ func descendants(pid int) []int {
 // TestStalledWatcherIsHungAndAlerted is the hung-worker rule end to end with
 // a real stalled process: the panel binary (hang threshold 20 s for
 // watchers, a sweep every second), a sandbox board and an agent process with
-// a browser watcher. Its Chromium is stopped with SIGSTOP: the agent stays
+// a browser watcher. Its Chromium is stopped with SIGSTOP, and so is every
+// Chromium the watcher relaunches while the stall lasts: the agent stays
 // alive and connected and keeps reporting, but the watcher reads nothing.
 // Within its threshold (20 s here) the panel raises worker.hung, the fleet store marks
 // it hung and a signed webhook receives the alarm; after SIGCONT the watcher
@@ -189,17 +190,53 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, open, "a reading watcher is not hung")
 
-	browsers := descendants(agent.Cmd.Process.Pid)
-	require.NotEmpty(t, browsers, "the watcher's Chromium runs under the agent")
-	for _, p := range browsers {
-		_ = syscall.Kill(p, syscall.SIGSTOP)
-	}
-	stopped := time.Now()
-	defer func() {
-		for _, p := range browsers {
-			_ = syscall.Kill(p, syscall.SIGCONT)
+	// The stall lasts until the test ends it: every Chromium under the agent
+	// is stopped, and so is each one the watcher launches when it gives up
+	// on a stopped page (it recovers from a stalled browser on its own; a
+	// stall that outlasts every relaunch is what "hung" is for).
+	require.NotEmpty(t, descendants(agent.Cmd.Process.Pid), "the watcher's Chromium runs under the agent")
+	var (
+		stallMu sync.Mutex
+		stalled = map[int]bool{}
+	)
+	stopStall := make(chan struct{})
+	stallDone := make(chan struct{})
+	go func() {
+		defer close(stallDone)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			stallMu.Lock()
+			for _, p := range descendants(agent.Cmd.Process.Pid) {
+				if !stalled[p] {
+					_ = syscall.Kill(p, syscall.SIGSTOP)
+					stalled[p] = true
+				}
+			}
+			stallMu.Unlock()
+			select {
+			case <-stopStall:
+				return
+			case <-tick.C:
+			}
 		}
 	}()
+	thaw := func() {
+		select {
+		case <-stopStall:
+			return
+		default:
+		}
+		close(stopStall)
+		<-stallDone
+		stallMu.Lock()
+		defer stallMu.Unlock()
+		for p := range stalled {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+	}
+	stopped := time.Now()
+	defer thaw()
 	require.Eventually(t, func() bool {
 		open, err := alarm.IsOpen(ctx, d.App, tenant, "worker.hung", workerKey)
 		return err == nil && open
@@ -215,9 +252,7 @@ func TestStalledWatcherIsHungAndAlerted(t *testing.T) {
 	default:
 	}
 
-	for _, p := range browsers {
-		_ = syscall.Kill(p, syscall.SIGCONT)
-	}
+	thaw()
 	require.Eventually(t, func() bool {
 		open, err := alarm.IsOpen(ctx, d.App, tenant, "worker.hung", workerKey)
 		return err == nil && !open
