@@ -60,6 +60,12 @@ type Postgres struct {
 	data   string
 	proc   child
 	log    *slog.Logger
+	// archive is where the cluster archives its WAL (Dir empty: nowhere).
+	archive WALArchive
+	// readyWithin bounds the wait for connections (0: a minute); onLine,
+	// when set, sees every line the postmaster writes (a recovery's FATAL).
+	readyWithin time.Duration
+	onLine      func(string)
 }
 
 type pgCredentials struct {
@@ -159,6 +165,14 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		"-c", "log_connections=off",
 		"-c", "log_disconnections=off",
 	}
+	archive, err := readWALArchive(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if archive.Dir != "" {
+		p.args = append(p.args, archiveArgs(archive)...)
+		p.archive = archive
+	}
 	if cfg.TrackStatements {
 		p.args = append(p.args, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "track_functions=pl")
 	}
@@ -169,7 +183,7 @@ func StartPostgres(ctx context.Context, cfg PostgresConfig) (*Postgres, error) {
 		p.Stop()
 		return nil, err
 	}
-	p.log.Info("embedded postgres ready", "socket", p.socket, "pid", p.Pid())
+	p.log.Info("embedded postgres ready", "socket", p.socket, "pid", p.Pid(), "wal_archive", p.archive.Dir)
 	return p, nil
 }
 
@@ -181,7 +195,7 @@ func (p *Postgres) launch(ctx context.Context) error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Dir = p.cfg.Dir
 	cmd.Env = []string{"LANG=C.UTF-8", "LC_ALL=C.UTF-8"}
-	out := &lineLogger{log: p.log}
+	out := &lineLogger{log: p.log, keep: p.onLine}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.who.cred}
 	// SIGINT is Postgres's fast shutdown: clean, without waiting for clients.
@@ -189,7 +203,11 @@ func (p *Postgres) launch(ctx context.Context) error {
 		return fmt.Errorf("embedded: start postgres: %w", err)
 	}
 	p.proc.started(cmd)
-	if err := p.waitReady(ctx, 60*time.Second); err != nil {
+	limit := p.readyWithin
+	if limit == 0 {
+		limit = 60 * time.Second
+	}
+	if err := p.waitReady(ctx, limit); err != nil {
 		p.proc.terminate(syscall.SIGINT, 30*time.Second)
 		return err
 	}
@@ -463,6 +481,9 @@ func (p *Postgres) URLFor(role, db string) string {
 	return p.url(SuperRole, p.creds.Super, db)
 }
 
+// WALArchive is where the cluster archives its WAL (Dir empty: nowhere).
+func (p *Postgres) WALArchive() WALArchive { return p.archive }
+
 // Pid returns the current postmaster's pid (0 when none was started).
 func (p *Postgres) Pid() int { return p.proc.pid() }
 
@@ -485,6 +506,7 @@ type lineLogger struct {
 	log   *slog.Logger
 	level slog.Level
 	buf   []byte
+	keep  func(string)
 }
 
 func (l *lineLogger) Write(b []byte) (int, error) {
@@ -498,6 +520,9 @@ func (l *lineLogger) Write(b []byte) (int, error) {
 		l.buf = l.buf[i+1:]
 		if line != "" {
 			l.log.Log(context.Background(), l.level, line)
+			if l.keep != nil {
+				l.keep(line)
+			}
 		}
 	}
 	if len(l.buf) > 64<<10 {

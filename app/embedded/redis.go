@@ -192,3 +192,20 @@ func (r *Redis) Stop() {
 		r.log.Info("embedded redis stopped")
 	}
 }
+
+// AttachRedis returns the URL of database db of the redis-server another
+// process (a running panel) started under dir, for a second replica or a
+// tool on the same host; it does not check that the server runs.
+func AttachRedis(dir string, db int) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("embedded: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(abs, "password"))
+	if err != nil {
+		return "", fmt.Errorf("embedded: no redis under %s: %w", abs, err)
+	}
+	logging.RegisterSecret(string(b))
+	r := &Redis{password: string(b), socket: filepath.Join(shortSocketDir(abs, "redis.sock"), "redis.sock")}
+	return r.URL(db), nil
+}

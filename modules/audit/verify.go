@@ -38,6 +38,8 @@ type Report struct {
 type restoreWindow struct {
 	id             int64
 	from, restored time.Time
+	// recovered: a point-in-time recovery, to from (else a backup taken then).
+	recovered bool
 }
 
 // lostGap gathers one chain's anchors that a restore lost.
@@ -63,8 +65,12 @@ func (g *lostGap) add(a anchorLine) {
 }
 
 func (g *lostGap) String() string {
-	return fmt.Sprintf("seqs %d to %d, anchored between %s and %s, are not in this database: it was restored (restore %d) from a backup taken %s, and everything after that is missing; the anchors prove those entries existed — lost with the restore, not tampered with",
-		g.first, g.last, g.firstAt.UTC().Format(time.RFC3339), g.end.UTC().Format(time.RFC3339), g.w.id, g.w.from.UTC().Format(time.RFC3339))
+	how := "from a backup taken"
+	if g.w.recovered {
+		how = "to a point in time,"
+	}
+	return fmt.Sprintf("seqs %d to %d, anchored between %s and %s, are not in this database: it was restored (restore %d) %s %s, and everything after that is missing; the anchors prove those entries existed — lost with the restore, not tampered with",
+		g.first, g.last, g.firstAt.UTC().Format(time.RFC3339), g.end.UTC().Format(time.RFC3339), g.w.id, how, g.w.from.UTC().Format(time.RFC3339))
 }
 
 // lostIn returns the restore window an anchor falls in, if any.
@@ -82,13 +88,14 @@ func readRestores(ctx context.Context, pool *pgxpool.Pool) ([]restoreWindow, err
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('public.restores') IS NOT NULL`).Scan(&exists); err != nil || !exists {
 		return nil, err
 	}
-	rows, err := pool.Query(ctx, `SELECT id, backup_started_at, restored_at FROM restores ORDER BY id`)
+	rows, err := pool.Query(ctx, `SELECT id, COALESCE(recovered_to, backup_started_at), recovered_to IS NOT NULL, restored_at
+		FROM restores ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("audit: verify: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (restoreWindow, error) {
 		var w restoreWindow
-		return w, r.Scan(&w.id, &w.from, &w.restored)
+		return w, r.Scan(&w.id, &w.from, &w.recovered, &w.restored)
 	})
 }
 

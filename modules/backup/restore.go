@@ -45,6 +45,13 @@ type RestoreOptions struct {
 	// the backup, and is used instead of the backup's once it is found to
 	// hold every anchor the backup's does.
 	Anchors string
+	// WALArchive, for a backup of the embedded cluster, is the panel's WAL
+	// archive (its --wal-archive): the restore replays it past the backup,
+	// to Until or, with Until zero, to its end (point-in-time recovery).
+	WALArchive string
+	Until      time.Time
+	// Now is the clock an Until in the future is refused by (time.Now).
+	Now     func() time.Time
 	Release string
 	// By names who restored, for the restores row.
 	By  string
@@ -59,6 +66,22 @@ type Restored struct {
 	// TokensBefore is the last fencing token the backup knew; TokensFrom
 	// the first the restored database issues.
 	TokensBefore, TokensFrom int64
+	// RecoveredTo, after a point-in-time recovery, is the moment the
+	// database holds everything committed until (zero: the backup's own
+	// time); Archive is the WAL it replayed.
+	RecoveredTo time.Time
+	Archive     embedded.ArchiveSpan
+	// JobsSettled counts the River jobs the restored database still had
+	// running, put back to be retried (or discarded, out of attempts).
+	JobsSettled int64
+}
+
+// LostFrom is where the history the restore lost begins.
+func (r Restored) LostFrom() time.Time {
+	if !r.RecoveredTo.IsZero() {
+		return r.RecoveredTo
+	}
+	return r.Manifest.StartedAt
 }
 
 // Restore restores the backup o.From: the embedded cluster into
@@ -87,6 +110,9 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 		return r, fmt.Errorf("backup: %s is a base backup of the embedded cluster: restore it without --database-url, into an empty --data-dir", o.From)
 	case m.Kind != KindEmbedded && m.Kind != KindExternal:
 		return r, fmt.Errorf("backup: %s is of an unknown kind %q; use another backup", o.From, m.Kind)
+	}
+	if err := checkRecovery(o, m, &r); err != nil {
+		return r, err
 	}
 	var anchors []byte
 	if o.Anchors != "" {
@@ -122,6 +148,18 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 		}
 		if err := embedded.AdoptRestored(pgDir); err != nil {
 			return r, err
+		}
+		if o.WALArchive != "" {
+			rec, err := embedded.Recover(ctx, pgDir, embedded.Recovery{Archive: o.WALArchive, Until: o.Until, Logger: o.Log})
+			if err != nil {
+				return r, err
+			}
+			r.RecoveredTo = o.Until.UTC()
+			if o.Until.IsZero() {
+				// Everything committed until the last replayed commit is
+				// there; a commit after the archive's end is lost.
+				r.RecoveredTo = maxTime(rec.LastCommit, m.StartedAt)
+			}
 		}
 		pg, err := embedded.StartPostgres(ctx, embedded.PostgresConfig{Dir: pgDir, Logger: o.Log})
 		if err != nil {
@@ -171,6 +209,48 @@ func Restore(ctx context.Context, o RestoreOptions) (Restored, error) {
 	}
 	ok = true
 	return r, nil
+}
+
+// checkRecovery refuses a point-in-time recovery that cannot be done,
+// before anything is written: an --until outside what the backup and its
+// archive span, an archive with a gap or of another cluster.
+func checkRecovery(o RestoreOptions, m Manifest, r *Restored) error {
+	if o.WALArchive == "" {
+		if !o.Until.IsZero() {
+			return errors.New("backup: --until needs --wal-archive: a backup alone restores to its own time; give the WAL archive the panel wrote (its --wal-archive) to recover to a later moment")
+		}
+		return nil
+	}
+	if m.Kind != KindEmbedded {
+		return fmt.Errorf("backup: %s is a pg_dump of an external database: --wal-archive replays the embedded cluster's WAL only; recover an external cluster with its own tools (docs/DEPLOY.md, \"Point-in-time recovery\")", o.From)
+	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	if !o.Until.IsZero() {
+		if o.Until.Before(m.FinishedAt) {
+			return fmt.Errorf("backup: --until %s is before backup %s finished (%s): a backup recovers only to a moment after its end; nothing was restored: choose an older backup, or an --until at or after %s",
+				o.Until.UTC().Format(time.RFC3339Nano), m.ID, m.FinishedAt.Format(time.RFC3339Nano), m.FinishedAt.Format(time.RFC3339))
+		}
+		if t := now(); o.Until.After(t) {
+			return fmt.Errorf("backup: --until %s is in the future (it is %s now); nothing was restored: give a past moment, or leave --until out to recover everything the archive holds",
+				o.Until.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339))
+		}
+	}
+	span, err := embedded.CheckArchive(o.WALArchive, filepath.Join(o.From, clusterDir, "data"), m.SystemIdentifier, m.EndLSN)
+	if err != nil {
+		return fmt.Errorf("backup: --wal-archive %s: %w", o.WALArchive, err)
+	}
+	r.Archive = span
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // checkRelease refuses a backup whose schema holds a migration this binary
@@ -261,13 +341,14 @@ func mark(ctx context.Context, url string, o RestoreOptions, r *Restored) error 
 		}
 		m := r.Manifest
 		err := tx.QueryRow(ctx, `INSERT INTO restores (backup_id, backup_started_at, backup_finished_at, backup_release,
-				restored_by, release, tokens_before, tokens_from)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING restored_at`,
-			m.ID, m.StartedAt, m.FinishedAt, m.Release, o.By, o.Release, r.TokensBefore, r.TokensFrom).Scan(&r.RestoredAt)
+				restored_by, release, tokens_before, tokens_from, recovered_to)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING restored_at`,
+			m.ID, m.StartedAt, m.FinishedAt, m.Release, o.By, o.Release, r.TokensBefore, r.TokensFrom, nullTime(r.RecoveredTo)).Scan(&r.RestoredAt)
 		if err != nil {
 			return fmt.Errorf("backup: record the restore: %w", err)
 		}
-		return nil
+		r.JobsSettled, err = settleJobs(ctx, tx, r.LostFrom())
+		return err
 	})
 }
 
@@ -355,4 +436,36 @@ func copyTree(src, dst string) error {
 		}
 		return copyFile(p, target, st.Mode().Perm())
 	})
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// settleJobs settles the River jobs the restored database holds as running:
+// whatever ran them was lost with the history after lostFrom, and River's
+// rescuer would leave them running for an hour. Each goes back to be
+// retried at once, as the rescuer does with a job whose worker died
+// (River's jobs run at least once; a claim's outcome is decided by its
+// evidence, never by a job having run), or is discarded when out of
+// attempts; the error it carries says why.
+func settleJobs(ctx context.Context, tx pgx.Tx, lostFrom time.Time) (int64, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('public.river_job') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	msg := "interrupted: the database was restored to " + lostFrom.UTC().Format(time.RFC3339) + "; whatever ran this attempt was lost with the history after it"
+	tag, err := tx.Exec(ctx, `UPDATE river_job SET
+			state = CASE WHEN attempt >= max_attempts THEN 'discarded'::river_job_state ELSE 'retryable'::river_job_state END,
+			finalized_at = CASE WHEN attempt >= max_attempts THEN clock_timestamp() END,
+			scheduled_at = clock_timestamp(),
+			errors = array_append(errors, jsonb_build_object('at', clock_timestamp(), 'attempt', attempt, 'error', $1::text, 'trace', ''))
+		WHERE state = 'running'`, msg)
+	if err != nil {
+		return 0, fmt.Errorf("backup: settle the running River jobs: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -39,17 +39,22 @@ var actorRestore = audit.Entry{Actor: "restore"}
 // RestoreHold is a restore a tenant has not been cleared of.
 type RestoreHold struct {
 	ID int64
-	// BackupStartedAt: everything after it may be missing.
-	BackupStartedAt, RestoredAt time.Time
+	// BackupStartedAt is the backup's start; LostFrom is where the lost
+	// history begins: everything after it may be missing (the backup's
+	// start, or the moment a point-in-time recovery recovered to).
+	BackupStartedAt, LostFrom, RestoredAt time.Time
+	// Recovered says the restore replayed a WAL archive past the backup.
+	Recovered bool
 }
 
 // RestoreHold returns the oldest restore tenant is held by, if any.
 func (s *Store) RestoreHold(ctx context.Context, tenant string) (RestoreHold, bool, error) {
 	var h RestoreHold
-	err := db.TenantRow(ctx, s.pool, tenant, `SELECT r.id, r.backup_started_at, r.restored_at FROM restores r
+	err := db.TenantRow(ctx, s.pool, tenant, `SELECT r.id, r.backup_started_at, COALESCE(r.recovered_to, r.backup_started_at),
+			r.recovered_to IS NOT NULL, r.restored_at FROM restores r
 		WHERE r.restored_at > (SELECT created_at FROM tenants WHERE id = $1)
 		  AND NOT EXISTS (SELECT 1 FROM claim_restore_clears c WHERE c.tenant_id = $1 AND c.restore_id = r.id)
-		ORDER BY r.id LIMIT 1`, tenant).Scan(&h.ID, &h.BackupStartedAt, &h.RestoredAt)
+		ORDER BY r.id LIMIT 1`, tenant).Scan(&h.ID, &h.BackupStartedAt, &h.LostFrom, &h.Recovered, &h.RestoredAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return h, false, nil
 	}
@@ -67,11 +72,15 @@ func (s *Store) holdRestored(ctx context.Context, tenant string, h RestoreHold) 
 		if err := tx.QueryRow(ctx, `SELECT slug FROM tenants WHERE id = $1`, tenant).Scan(&slug); err != nil {
 			return err
 		}
+		summary, lost := "restored from a backup taken "+h.BackupStartedAt.UTC().Format(time.RFC3339), "the backup"
+		if h.Recovered {
+			summary = "recovered to " + h.LostFrom.UTC().Format(time.RFC3339) + " from a backup taken " + h.BackupStartedAt.UTC().Format(time.RFC3339)
+			lost = h.LostFrom.UTC().Format(time.RFC3339)
+		}
 		if _, err := alarm.Raise(ctx, tx, alarm.Alarm{Kind: RestoreAlarmKind, Key: fmt.Sprint(h.ID), Tenant: tenant,
 			Severity: alarm.Warning,
-			Summary: "restored from a backup taken " + h.BackupStartedAt.UTC().Format(time.RFC3339) +
-				": no lease until the client's bookings have been looked up",
-			Detail: "everything after the backup is missing from the database; the leases and bookings made since " +
+			Summary:  summary + ": no lease until the client's bookings have been looked up",
+			Detail: "everything after " + lost + " is missing from the database; the leases and bookings made since " +
 				"are looked up on the board and applied as evidence before any load of this tenant is leased again",
 			Link: "/t/" + slug + "/claims"}); err != nil {
 			return err
@@ -199,7 +208,7 @@ func (s *Store) ClearRestore(ctx context.Context, tenant string, h RestoreHold, 
 			return err
 		}
 		return appendAudit(ctx, tx, actorRestore, "claim.restore.cleared", tenant, map[string]any{
-			"restore": h.ID, "backup_started_at": h.BackupStartedAt, "lookup_id": lookupID,
+			"restore": h.ID, "backup_started_at": h.BackupStartedAt, "lost_from": h.LostFrom, "lookup_id": lookupID,
 			"bookings": bookings, "applied": applied})
 	})
 	if err != nil {
@@ -320,7 +329,7 @@ func (e *Engine) RestoreLookup(ctx context.Context, tenant string) error {
 	if lk == nil {
 		return errors.New("claim: restore look-up: no look-ups yet (no gateway)")
 	}
-	since := h.BackupStartedAt.Add(-e.cfg.DuplicateWindow)
+	since := h.LostFrom.Add(-e.cfg.DuplicateWindow)
 	clients, err := e.store.Clients(ctx, tenant, since)
 	if err != nil {
 		return err

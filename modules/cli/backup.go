@@ -35,13 +35,15 @@ func backupCommands() []Command {
 			func(s *config.Set, o *restoreOptions) {
 				s.String(&o.from, "from", "", "", "the backup directory (required)")
 				s.String(&o.anchors, "anchors", "", "", "a newer audit/anchors.log than the backup's (the old host's): it proves which audit entries the backup lacks")
+				s.String(&o.walArchive, "wal-archive", "", "", "the panel's WAL archive (its --wal-archive): replay it past the backup, to --until or to its end (point-in-time recovery of the embedded cluster)")
+				s.String(&o.until, "until", "", "", "with --wal-archive, recover to this moment (RFC 3339, like 2026-12-02T09:30:00Z): every transaction committed until then, none after")
 			}, runRestore),
 	}
 }
 
 type backupOptions struct{ to, secretKeyFile string }
 
-type restoreOptions struct{ from, anchors string }
+type restoreOptions struct{ from, anchors, walArchive, until string }
 
 func runBackup(ctx context.Context, c *Call, o *backupOptions) error {
 	if o.to == "" {
@@ -72,15 +74,31 @@ func runRestore(ctx context.Context, c *Call, o *restoreOptions) error {
 	if c.Meta.DatabaseURL == "" && !c.Flags.Given("data-dir") && os.Getenv("FLEET_DATA_DIR") == "" {
 		return usage(errors.New("--data-dir is required: the empty data directory the backup goes into"))
 	}
+	var until time.Time
+	if o.until != "" {
+		t, err := time.Parse(time.RFC3339Nano, o.until)
+		if err != nil {
+			return usage(fmt.Errorf("--until %q is not an RFC 3339 time: give one like 2026-12-02T09:30:00Z (with its zone)", o.until))
+		}
+		until = t
+	}
 	r, err := backup.Restore(ctx, backup.RestoreOptions{From: o.from, DataDir: c.Meta.DataDir, DatabaseURL: c.Meta.DatabaseURL,
-		Anchors: o.anchors, Release: c.build.Version, By: actor().Actor, Log: c.Meta.Logger()})
+		Anchors: o.anchors, WALArchive: o.walArchive, Until: until,
+		Release: c.build.Version, By: actor().Actor, Log: c.Meta.Logger()})
 	if err != nil {
 		return err
 	}
 	m := r.Manifest
 	fmt.Fprintf(c.Stdout, "restored backup %s (%s database, release %s, taken %s to %s) into %s\n",
 		m.ID, m.Kind, m.Release, m.StartedAt.Format(time.RFC3339), m.FinishedAt.Format(time.RFC3339), c.Meta.DataDir)
+	if !r.RecoveredTo.IsZero() {
+		fmt.Fprintf(c.Stdout, "recovered to %s: replayed the WAL archive's %d segment(s) %s to %s on timeline %d\n",
+			r.RecoveredTo.Format(time.RFC3339Nano), r.Archive.Segments, r.Archive.First, r.Archive.Last, r.Archive.Timeline)
+	}
+	if r.JobsSettled > 0 {
+		fmt.Fprintf(c.Stdout, "%d background job(s) the database still had running were put back to be retried\n", r.JobsSettled)
+	}
 	fmt.Fprintf(c.Stdout, "everything after %s is missing from it: a panel started on it leases nothing for a tenant until a complete look-up of the client's bookings has been applied (fencing tokens continue from %d)\n",
-		m.StartedAt.Format(time.RFC3339), r.TokensFrom)
+		r.LostFrom().Format(time.RFC3339), r.TokensFrom)
 	return nil
 }

@@ -80,6 +80,11 @@ type Config struct {
 	RedisPasswordFile string
 	DBMaxConns        int
 	PGMaxConnections  int
+	// WALArchive, for the embedded cluster, is the directory its WAL is
+	// archived into (point-in-time recovery); WALArchiveTimeout bounds how
+	// long a segment stays unarchived.
+	WALArchive        string
+	WALArchiveTimeout time.Duration
 	ShutdownTimeout   time.Duration
 	// Drain is how long a stopping panel keeps serving with /readyz failing,
 	// so its load balancer moves traffic away before the listener closes.
@@ -144,6 +149,10 @@ func (c *Config) Register(s *config.Set) {
 		"size of the panel's Postgres pool (pgx's own default is 4 on two cores, far too small for claims)", panel)
 	s.Int(&c.PGMaxConnections, "pg-max-connections", "FLEET_PG_MAX_CONNECTIONS", 300,
 		"max_connections of the embedded cluster (at least 200)", panel)
+	s.String(&c.WALArchive, "wal-archive", "FLEET_WAL_ARCHIVE", "",
+		"archive the embedded cluster's WAL into this directory, for point-in-time recovery (fleetwright restore --wal-archive --until); empty: no archive", panel)
+	s.Duration(&c.WALArchiveTimeout, "wal-archive-timeout", "FLEET_WAL_ARCHIVE_TIMEOUT", embedded.DefaultArchiveTimeout,
+		"with --wal-archive, the longest a WAL segment stays unarchived (archive_timeout): what a recovery can lose at most", panel)
 	s.Duration(&c.ShutdownTimeout, "shutdown-timeout", "FLEET_SHUTDOWN_TIMEOUT", 30*time.Second,
 		"how long a graceful stop may take before connections are cut", panel)
 	s.Duration(&c.Drain, "drain", "FLEET_DRAIN", 5*time.Second,
@@ -194,6 +203,12 @@ func (c *Config) Validate() error {
 	}
 	if len(c.RedisSentinels) > 0 && c.RedisURL != "" {
 		return errors.New("panel: give the default cell's Redis either as --redis-url or as --redis-sentinels with --redis-master, not both")
+	}
+	if c.WALArchive != "" && c.DatabaseURL != "" {
+		return errors.New("panel: --wal-archive archives the embedded cluster's WAL; with --database-url archive the external cluster with its own tools (docs/DEPLOY.md, \"Point-in-time recovery\")")
+	}
+	if c.WALArchive != "" && (c.WALArchiveTimeout < time.Second || c.WALArchiveTimeout > 24*time.Hour) {
+		return fmt.Errorf("panel: --wal-archive-timeout must be between 1s and 24h, got %s", c.WALArchiveTimeout)
 	}
 	if c.DatabaseReplication == "sync" && c.DatabaseURL == "" {
 		return errors.New("panel: --database-replication=sync needs --database-url: the embedded Postgres is one node (leave it at none)")
@@ -420,6 +435,14 @@ func (p *Panel) startStorage(ctx context.Context) (err error) {
 	p.embedded = embedded.NewMetrics(p.Reg)
 	ownerURL, appURL := cfg.DatabaseURL, cfg.DatabaseAppURL
 	if ownerURL == "" {
+		pgDir := filepath.Join(cfg.DataDir, "postgres")
+		prev, err := embedded.SetWALArchive(pgDir, embedded.WALArchive{Dir: cfg.WALArchive, Timeout: cfg.WALArchiveTimeout})
+		if err != nil {
+			return fmt.Errorf("panel: --wal-archive: %w", err)
+		}
+		if prev.Dir != "" && cfg.WALArchive == "" {
+			log.Warn("WAL archiving is off: the panel was started without --wal-archive; a point-in-time recovery cannot reach past this start", "was", prev.Dir)
+		}
 		p.pg, err = embedded.StartPostgres(ctx, embedded.PostgresConfig{
 			Dir: filepath.Join(cfg.DataDir, "postgres"), MaxConnections: cfg.PGMaxConnections, Logger: log,
 		})
