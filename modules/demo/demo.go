@@ -39,6 +39,10 @@ type Config struct {
 	BoardListen string
 	// BoardRate is the board's publishing rate, loads per second.
 	BoardRate float64
+	// BoardIdempotencyKeys makes the demo's board honour the
+	// Idempotency-Key header on bookings (a board that does not is the
+	// harder case, and the default).
+	BoardIdempotencyKeys bool
 	// CatalogPort is the crawl catalogue's port on its hosts (0: a free one);
 	// main sets it from the board's --catalog-port.
 	CatalogPort int
@@ -66,6 +70,8 @@ func (c *Config) Register(s *config.Set) {
 		"address of the demo's sandbox board (port 0: any free port)", role)
 	s.Float(&c.BoardRate, "board-rate", "FLEET_DEMO_BOARD_RATE", 0.5,
 		"loads the demo's board publishes per second (Poisson arrivals; 0 stops the publisher)", role)
+	s.Bool(&c.BoardIdempotencyKeys, "board-idempotency-keys", "FLEET_DEMO_BOARD_IDEMPOTENCY_KEYS", false,
+		"the demo's board honours the Idempotency-Key header on bookings (default: it does not, like most real boards)", role)
 	s.Bool(&c.ResetAdmin, "reset-admin", "FLEET_DEMO_RESET_ADMIN", false,
 		"give admin@demo.test a new one-time password and a new authenticator enrolment (a lost password or phone); without it only the first start prints a password", role)
 }
@@ -179,6 +185,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (err error) {
 	// On disk, not in memory: load ids go on from the last start, because
 	// the panel's cells remember ids they saw until the loads expire.
 	bcfg.Listen, bcfg.DataDir, bcfg.Rate = cfg.BoardListen, filepath.Join(cfg.DataDir, "board"), cfg.BoardRate
+	bcfg.IdempotencyKeys = cfg.BoardIdempotencyKeys
 	bcfg.Data = filepath.Join(bcfg.DataDir, "board.sqlite")
 	bcfg.Seed = int(time.Now().UnixNano() % 1_000_000)
 	brd, err = board.Start(ctx, bcfg, log.With("component", "board"))
