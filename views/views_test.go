@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/a-h/templ"
 	"github.com/stretchr/testify/require"
@@ -36,4 +37,21 @@ func TestErrorPage(t *testing.T) {
 	require.NoError(t, ErrorPage(403, "Forbidden", "Your role cannot do this.").Render(context.Background(), &b))
 	require.Contains(t, b.String(), `data-testid="error-page"`)
 	require.Contains(t, b.String(), ">403<")
+}
+
+// TestWordsForTimesAndDurations: durations read like "15 min", never Go's
+// "15m0s"; absolute times carry their zone.
+func TestWordsForTimesAndDurations(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		45 * time.Second:             "45 s",
+		15 * time.Minute:             "15 min",
+		2*time.Hour + 5*time.Minute:  "2 h 5 min",
+		12 * time.Hour:               "12 h",
+		3*24*time.Hour + 4*time.Hour: "3 d 4 h",
+		-time.Second:                 "0 s",
+	} {
+		require.Equal(t, want, Duration(d), d.String())
+	}
+	at := time.Date(2026, 12, 2, 15, 4, 5, 0, time.FixedZone("CET", 3600))
+	require.Equal(t, "2026-12-02 14:04:05 UTC", Stamp(at))
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/proto"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/browser"
@@ -84,6 +86,7 @@ func TestPostTaskAcrossThreeTabsPublishesOnlyAfterApproval(t *testing.T) {
 	require.ElementsMatch(t, []string{"brief", "drafts", "calendar"}, task.Tabs)
 	require.Len(t, task.Pending, 1)
 	require.Empty(t, f.Studio.Oracle().Publications, "held: nothing published yet")
+	aid := task.Pending[0]
 
 	code, page, err := f.Get("/approvals/" + itoa(task.Pending[0]))
 	require.NoError(t, err)
@@ -97,6 +100,16 @@ func TestPostTaskAcrossThreeTabsPublishesOnlyAfterApproval(t *testing.T) {
 	code, _, err = f.Get("/approvals/" + itoa(task.Pending[0]) + "/screenshot.png")
 	require.NoError(t, err)
 	require.Equal(t, 200, code)
+	// Every "awaiting approval" links to its approval: the task's page and
+	// the tasks list.
+	approvalHref := `href="/approvals/` + itoa(task.Pending[0]) + `"`
+	_, taskPage, err := f.Get("/tasks/" + itoa(id))
+	require.NoError(t, err)
+	require.Contains(t, taskPage, `data-testid="task-approval"`)
+	require.Contains(t, taskPage, approvalHref)
+	_, list, err := f.Get("/fragments/tasks")
+	require.NoError(t, err)
+	require.Regexp(t, `<a href="/approvals/`+itoa(task.Pending[0])+`" class="badge warn" data-testid="task-status">awaiting approval</a>`, list)
 
 	// The person approves in a real browser, on the assistant's own page.
 	approveInBrowser(t, f, task.Pending[0])
@@ -109,6 +122,18 @@ func TestPostTaskAcrossThreeTabsPublishesOnlyAfterApproval(t *testing.T) {
 	require.Empty(t, f.Outside.Requests())
 	require.Positive(t, task.Tokens)
 	require.Equal(t, 11, task.Steps)
+
+	// After the approval, the approval and the task say what was done, not
+	// what was asked.
+	_, page, err = f.Get("/approvals/" + itoa(aid))
+	require.NoError(t, err)
+	require.Regexp(t, `data-testid="decided">approved</span>\s*by you at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC`, page)
+	require.Regexp(t, `(?s)data-testid="done">\s*What was done:.*click \[\d+\] &#34;Publish&#34; on `+regexp.QuoteMeta(f.StudioURL)+`/drafts → `+regexp.QuoteMeta(f.StudioURL)+`/publish</span>:\s*<b data-testid="done-outcome">done</b>`, page)
+	require.Contains(t, page, stub.PostText, "the text it published, in full")
+	_, taskPage, err = f.Get("/tasks/" + itoa(id))
+	require.NoError(t, err)
+	require.Contains(t, taskPage, "Done with your approval")
+	require.NotContains(t, taskPage, `data-testid="task-approval"`, "nothing waits any more")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -124,8 +149,24 @@ func approveInBrowser(t *testing.T, f *fixture, approval int64) {
 	p = p.Timeout(30 * time.Second)
 	require.NoError(t, p.Navigate(f.UI+"/?k="+f.Key))
 	require.NoError(t, p.WaitLoad())
-	require.NoError(t, p.Navigate(f.UI+"/approvals/"+itoa(approval)))
-	require.NoError(t, p.WaitLoad())
+	// At a laptop's and a phone's size, the full text, where it goes, how
+	// long it waits and both buttons are on screen without scrolling.
+	for _, size := range [][2]int{{390, 844}, {1366, 768}} {
+		require.NoError(t, proto.EmulationSetDeviceMetricsOverride{Width: size[0], Height: size[1], DeviceScaleFactor: 1, Mobile: size[0] < 500}.Call(p))
+		require.NoError(t, p.Navigate(f.UI+"/approvals/"+itoa(approval)))
+		require.NoError(t, p.WaitLoad())
+		for _, id := range []string{"approve", "deny", "target", "waiting"} {
+			box := p.MustElement("[data-testid=" + id + "]").MustShape().Box()
+			require.True(t, box.X >= 0 && box.Y >= 0 && box.X+box.Width <= float64(size[0]) && box.Y+box.Height <= float64(size[1]),
+				"%s is not on screen at %dx%d without scrolling: %+v", id, size[0], size[1], box)
+		}
+		require.Regexp(t, `^Waiting for you for \d+ (s|min), since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.`, p.MustElement("[data-testid=waiting]").MustText())
+		require.Contains(t, p.MustElement("[data-testid=target]").MustText(), f.StudioURL+"/publish")
+		// The whole text shows: its box scrolls nothing away.
+		full := p.MustEval(`() => { const t = document.querySelector('[data-testid=value]'); return [t.value, t.scrollHeight <= t.clientHeight + 2] }`).Arr()
+		require.True(t, strings.HasPrefix(full[0].Str(), stub.PostText), full[0].Str())
+		require.True(t, full[1].Bool(), "the text to be submitted is cut off in its box at %dx%d", size[0], size[1])
+	}
 	loaded := p.MustEval(`() => { const i = document.querySelector('[data-testid=approval-shot]'); return i.complete && i.naturalWidth > 0 }`).Bool()
 	require.True(t, loaded, "the screenshot with the element outlined is shown")
 	require.Contains(t, p.MustElement("[data-testid=reasons]").MustText(), "publish")

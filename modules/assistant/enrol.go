@@ -321,6 +321,20 @@ func (r *Runner) progress(ctx context.Context, t store.Task) string {
 	if labelled {
 		parts = append(parts, "labelled as AI-generated")
 	}
+	// What it did with the person's approval, so a summary written before
+	// the approval ("asked to publish") is not the last word.
+	if js, err := r.St.Journal(ctx, t.ID); err == nil {
+		for _, e := range js {
+			switch {
+			case e.FinishedAt == nil:
+				parts = append(parts, "approved, outcome unknown: "+clipText(e.What, 120))
+			case e.Outcome == "done":
+				parts = append(parts, "done with the person's approval: "+clipText(e.What, 120))
+			default:
+				parts = append(parts, "approved, "+clipText(e.Outcome, 60)+": "+clipText(e.What, 120))
+			}
+		}
+	}
 	if len(steps) > 0 {
 		parts = append(parts, "last step: "+steps[len(steps)-1].Tool)
 	}

@@ -153,12 +153,25 @@ func (u *ui) approvals(r *http.Request) ([]ApprovalView, error) {
 		return nil, err
 	}
 	out := make([]ApprovalView, 0, len(as))
+	now := u.r.Clock.Now()
 	for _, a := range as {
-		v := ApprovalView{ID: a.ID, TaskID: a.TaskID, Status: a.Status}
+		v := ApprovalView{ID: a.ID, TaskID: a.TaskID, Status: a.Status, CreatedAt: a.CreatedAt, Now: now}
 		_ = json.Unmarshal([]byte(a.Action), &v.Action)
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// pendingByTask maps each task waiting for the person to its approval,
+// so every "awaiting approval" links to the approval it waits for.
+func pendingByTask(as []ApprovalView) map[int64]int64 {
+	out := map[int64]int64{}
+	for _, a := range as {
+		if _, ok := out[a.TaskID]; !ok {
+			out[a.TaskID] = a.ID
+		}
+	}
+	return out
 }
 
 func (u *ui) home(w http.ResponseWriter, r *http.Request) {
@@ -174,7 +187,7 @@ func (u *ui) home(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mode, reason, _ := u.r.Caller.Mode(ctx, u.r.ModelName)
-	views.Render(w, r, http.StatusOK, homePage(HomeModel{Tasks: ts, Approvals: as, Paused: u.r.setting(ctx, keyPaused, "") == "1",
+	views.Render(w, r, http.StatusOK, homePage(HomeModel{Tasks: ts, Approvals: as, Pending: pendingByTask(as), Paused: u.r.setting(ctx, keyPaused, "") == "1",
 		Endpoint: u.endpoint, Model: u.r.ModelName, Mode: mode + " (" + reason + ")", Panel: u.r.PanelState(), PanelLimits: u.r.PanelLimits(ctx)}))
 }
 
@@ -184,7 +197,12 @@ func (u *ui) tasksFragment(w http.ResponseWriter, r *http.Request) {
 		u.fail(w, r, err)
 		return
 	}
-	views.Render(w, r, http.StatusOK, tasksTable(ts))
+	as, err := u.approvals(r)
+	if err != nil {
+		u.fail(w, r, err)
+		return
+	}
+	views.Render(w, r, http.StatusOK, tasksTable(ts, pendingByTask(as)))
 }
 
 func (u *ui) approvalsFragment(w http.ResponseWriter, r *http.Request) {
@@ -252,7 +270,20 @@ func (u *ui) taskModel(r *http.Request) (TaskModel, error) {
 	if err != nil {
 		return TaskModel{}, err
 	}
-	return TaskModel{Task: t, Steps: steps}, nil
+	as, err := u.approvals(r)
+	if err != nil {
+		return TaskModel{}, err
+	}
+	m := TaskModel{Task: t, Steps: steps, Now: u.r.Clock.Now()}
+	for _, a := range as {
+		if a.TaskID == id {
+			m.Pending = append(m.Pending, a)
+		}
+	}
+	if m.Done, err = u.r.St.Journal(r.Context(), id); err != nil {
+		return TaskModel{}, err
+	}
+	return m, nil
 }
 
 func (u *ui) task(w http.ResponseWriter, r *http.Request) {
@@ -348,8 +379,18 @@ func (u *ui) approvalView(r *http.Request) (ApprovalView, []byte, error) {
 	if err != nil {
 		return ApprovalView{}, nil, err
 	}
-	v := ApprovalView{ID: a.ID, TaskID: a.TaskID, Status: a.Status}
+	v := ApprovalView{ID: a.ID, TaskID: a.TaskID, Status: a.Status, CreatedAt: a.CreatedAt, DecidedAt: a.DecidedAt,
+		Values: a.Values, Now: u.r.Clock.Now()}
 	_ = json.Unmarshal([]byte(a.Action), &v.Action)
+	js, err := u.r.St.Journal(r.Context(), a.TaskID)
+	if err != nil {
+		return ApprovalView{}, nil, err
+	}
+	for _, e := range js {
+		if e.ApprovalID == a.ID {
+			v.Done = append(v.Done, e)
+		}
+	}
 	return v, a.Screenshot, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -313,30 +312,8 @@ func sinceBy(at *time.Time, by string) string {
 // stamp is an absolute time as the console writes it: UTC, said.
 func stamp(t time.Time) string { return t.UTC().Format("Jan 2 15:04 UTC") }
 
-// Duration is a duration in words a person reads at a glance: "45 s",
-// "7 min", "2 h 5 min", "3 d 4 h".
-func Duration(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
-	switch {
-	case d < time.Minute:
-		return strconv.Itoa(int(d.Seconds())) + " s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d.Minutes())) + " min"
-	case d < 24*time.Hour:
-		h, m := int(d.Hours()), int(d.Minutes())%60
-		if m == 0 {
-			return strconv.Itoa(h) + " h"
-		}
-		return strconv.Itoa(h) + " h " + strconv.Itoa(m) + " min"
-	}
-	days, h := int(d.Hours())/24, int(d.Hours())%24
-	if h == 0 {
-		return strconv.Itoa(days) + " d"
-	}
-	return strconv.Itoa(days) + " d " + strconv.Itoa(h) + " h"
-}
+// Duration is a duration in words a person reads at a glance (views.Duration).
+func Duration(d time.Duration) string { return views.Duration(d) }
 
 // attention is the strip of the signed-in user: the tenants they reach,
 // and the installation's own for an admin.

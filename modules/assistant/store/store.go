@@ -514,6 +514,8 @@ type Approval struct {
 	Status     string // pending, approved, denied, void
 	Values     map[string]string
 	CreatedAt  time.Time
+	// DecidedAt is when the person approved or denied it (nil while pending).
+	DecidedAt *time.Time
 }
 
 // AddApproval records a held action.
@@ -545,8 +547,9 @@ func (s *Store) Decide(ctx context.Context, id int64, status string, values map[
 func (s *Store) Approval(ctx context.Context, id int64) (Approval, error) {
 	var a Approval
 	var vals, created string
-	err := s.db.QueryRowContext(ctx, `SELECT id, task_id, action, screenshot, status, values_json, created_at FROM approvals WHERE id = ?`, id).
-		Scan(&a.ID, &a.TaskID, &a.Action, &a.Screenshot, &a.Status, &vals, &created)
+	var decided sql.NullString
+	err := s.db.QueryRowContext(ctx, `SELECT id, task_id, action, screenshot, status, values_json, created_at, decided_at FROM approvals WHERE id = ?`, id).
+		Scan(&a.ID, &a.TaskID, &a.Action, &a.Screenshot, &a.Status, &vals, &created, &decided)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Approval{}, fmt.Errorf("store: approval %d: %w", id, ErrNotFound)
 	}
@@ -555,6 +558,10 @@ func (s *Store) Approval(ctx context.Context, id int64) (Approval, error) {
 	}
 	_ = json.Unmarshal([]byte(vals), &a.Values)
 	a.CreatedAt = parseTS(created)
+	if decided.Valid {
+		t := parseTS(decided.String)
+		a.DecidedAt = &t
+	}
 	return a, nil
 }
 
@@ -606,7 +613,37 @@ type JournalEntry struct {
 	ApprovalID int64
 	What       string
 	StartedAt  time.Time
+	// FinishedAt and Outcome ("done", or "unknown: …") are unset while the
+	// action is under way or was cut off by a crash.
+	FinishedAt *time.Time
 	Outcome    string
+}
+
+// Journal lists a task's journaled risky actions, oldest first: what the
+// assistant did with the person's approval, and how it ended.
+func (s *Store) Journal(ctx context.Context, taskID int64) ([]JournalEntry, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT op_id, task_id, approval_id, what, started_at, finished_at, COALESCE(outcome, '')
+		FROM journal WHERE task_id = ? ORDER BY started_at`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("store: journal of task %d: %w", taskID, err)
+	}
+	defer rows.Close()
+	var out []JournalEntry
+	for rows.Next() {
+		var e JournalEntry
+		var started string
+		var finished sql.NullString
+		if err := rows.Scan(&e.OpID, &e.TaskID, &e.ApprovalID, &e.What, &started, &finished, &e.Outcome); err != nil {
+			return nil, fmt.Errorf("store: journal of task %d: %w", taskID, err)
+		}
+		e.StartedAt = parseTS(started)
+		if finished.Valid {
+			t := parseTS(finished.String)
+			e.FinishedAt = &t
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }
 
 // Unfinished lists journaled actions with no recorded outcome: after a

@@ -850,11 +850,31 @@ func shortDur(d time.Duration) string {
 	return s
 }
 
+// fmtDur is a duration with its unit, spaced as a person reads it: "850 µs",
+// "6.6 ms", "193 ms", "18.6 s", "15 min".
 func fmtDur(d time.Duration) string {
-	if d == 0 {
+	switch {
+	case d == 0:
 		return "—"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%d µs", d.Microseconds())
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return strings.TrimSuffix(fmt.Sprintf("%.1f", d.Seconds()), ".0") + " s"
 	}
-	return d.Round(100 * time.Microsecond).String()
+	return views.Duration(d)
+}
+
+// windowWords is a window typed as "1h" or "90m" said as "1 h", "1 h 30 min".
+func windowWords(s string) string {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return s
+	}
+	return views.Duration(d)
 }
 
 func fmtTime(t *time.Time) string {

@@ -43,7 +43,7 @@ func stamp(t *time.Time) string {
 	if t == nil {
 		return "—"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05")
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
 // ProxiesPage lists the tenant's proxy pools with each proxy's health.
@@ -148,9 +148,9 @@ func ProxiesPage(p views.Page, m proxiesModel) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var7 string
-				templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(pool.Cooldown.String())
+				templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(views.Duration(pool.Cooldown))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/crawl/web/proxies.templ`, Line: 52, Col: 147}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/crawl/web/proxies.templ`, Line: 52, Col: 154}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
 				if templ_7745c5c3_Err != nil {
@@ -163,7 +163,7 @@ func ProxiesPage(p views.Page, m proxiesModel) templ.Component {
 				var templ_7745c5c3_Var8 string
 				templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(pool.RemoveAfter))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/crawl/web/proxies.templ`, Line: 52, Col: 210}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `modules/crawl/web/proxies.templ`, Line: 52, Col: 217}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
 				if templ_7745c5c3_Err != nil {

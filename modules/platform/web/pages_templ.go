@@ -19,7 +19,7 @@ import (
 	"github.com/fleetwright/fleetwright/views"
 )
 
-func at(t interface{ Format(string) string }) string { return t.Format("2006-01-02 15:04:05") }
+func at(t interface{ Format(string) string }) string { return t.Format("2006-01-02 15:04:05 UTC") }
 
 func diffClass(op byte) string {
 	switch op {
