@@ -205,7 +205,7 @@ func TestBrowserWorkersOnBothDialects(t *testing.T) {
 			o := p.outcome(t, 30*time.Second)
 			require.Equal(t, wire.ResultUnknown, o.Result)
 			require.Contains(t, o.Detail, "captcha")
-			e := p.event(t, "needs_person", time.Minute)
+			e := p.event(t, "needs_person", 20*time.Second)
 			require.Equal(t, "captcha", e.Fields["reason"])
 			require.Len(t, s.Bookings("acme"), 2, "the captcha booked nothing")
 			require.Zero(t, s.Stats().DuplicateConfirmations)
