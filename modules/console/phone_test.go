@@ -74,14 +74,7 @@ func TestBrowserWideTablesBecomeListsOnAPhone(t *testing.T) {
 		return err
 	}))
 
-	u, _ := url.Parse(c.Server.URL)
-	var session string
-	for _, ck := range cl.Jar.Cookies(u) {
-		if ck.Name == account.DevCookieName {
-			session = ck.Value
-		}
-	}
-	require.NotEmpty(t, session)
+	session := paneltest.SessionCookie(t, cl, c.Server.URL)
 
 	bctx, cancel := context.WithTimeout(ctx, 300*time.Second)
 	defer cancel()

@@ -268,3 +268,19 @@ func TestIDText(t *testing.T, body, id string) string {
 	require.NotNil(t, m, "no element %q in the page", id)
 	return strings.TrimSpace(m[1])
 }
+
+// SessionCookie returns the console session cookie cl holds for the panel
+// at serverURL, for a browser test to hand to Chromium; it fails t when cl
+// is not signed in.
+func SessionCookie(t *testing.T, cl *http.Client, serverURL string) string {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	require.NoError(t, err)
+	for _, ck := range cl.Jar.Cookies(u) {
+		if ck.Name == account.DevCookieName {
+			return ck.Value
+		}
+	}
+	t.Fatalf("paneltest: no %s cookie for %s: the client is not signed in", account.DevCookieName, serverURL)
+	return ""
+}
