@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -371,8 +372,11 @@ func runAgentWith(t *testing.T, p *claimPanel, stateDir string, mod func(*Config
 			cancel()
 			select {
 			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Error("the agent did not stop")
+			case <-time.After(45 * time.Second):
+				// The agent's unit gives it 45 s (TimeoutStopSec) before a
+				// SIGKILL; where it hangs is what the next reader needs.
+				buf := make([]byte, 1<<20)
+				t.Errorf("the agent did not stop within 45 s; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 			}
 		})
 	}
