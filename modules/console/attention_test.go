@@ -244,3 +244,60 @@ func TestAttentionStripNamesWhatNeedsAPerson(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestAttentionStripNamesWorkersRefusedTheirPlatform: a worker that
+// reported platform_refused (its account's spec cannot be built) and
+// stopped as needs-person has one line on the strip saying why, linked to
+// the fleet page that shows it among what needs a person; the health
+// sweep's crash-loop alarm of that worker adds no second line, while
+// another worker's does. Once the worker reports anything newer (a new spec
+// started it), its line goes and its alarm counts again.
+func TestAttentionStripNamesWorkersRefusedTheirPlatform(t *testing.T) {
+	c := paneltest.New(t)
+	ctx := context.Background()
+	const pw = "correct horse battery"
+	c.User(t, "admin@fleet.test", auth.Admin, pw)
+	acme := c.Tenant(t, "acme")
+	admin := paneltest.Browserless()
+	c.Enrolled(t, admin, "admin@fleet.test", pw)
+
+	acct := factory.Account(t, c.Fleet, acme.ID, fleet.AccountInput{Key: "acct-1",
+		Workers: []wire.WorkerSpec{{Name: "watcher-1", Kind: "watcher"}, {Name: "actor-1", Kind: "http_actor"}, {Name: "actor-2", Kind: "http_actor"}}})
+	ag, _ := factory.Agent(t, c.Fleet, acme.ID, acct, "north-1")
+	connect(t, c, acme, ag, wire.State{Workers: []wire.WorkerState{{Name: "watcher-1", Kind: "watcher", State: wire.WorkerRunning},
+		{Name: "actor-1", Kind: "http_actor", State: wire.WorkerNeedsPerson}, {Name: "actor-2", Kind: "http_actor", State: wire.WorkerNeedsPerson}}})
+	a := fleet.Agent{ID: ag, Tenant: acme.ID}
+	// As the agent reports it (modules/agent/workers.go): the reason, the
+	// platform and its version.
+	require.NoError(t, c.Fleet.AddEvent(ctx, a, wire.Event{Level: wire.LevelError, Kind: "platform_refused", Worker: "actor-1",
+		Message: "not signing in or claiming: the account's platform cannot be built from its spec: feed.fields.key.path: required",
+		Fields:  map[string]string{"reason": "feed.fields.key.path: required", "platform": "haulbridge", "version": "3"}}))
+	require.NoError(t, c.Fleet.AddEvent(ctx, a, wire.Event{Level: wire.LevelInfo, Kind: "worker_started", Worker: "watcher-1", Message: "started"}))
+	for _, w := range []string{"actor-1", "actor-2"} {
+		_, err := alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "worker.crash_loop", Key: ag + "/" + w, Tenant: acme.ID, Severity: alarm.Critical,
+			Summary: w + " on north-1: restart budget spent (crash loop); it stays stopped until a person restarts it"})
+		require.NoError(t, err)
+	}
+
+	_, body := paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
+	ls := strip(t, body)
+	l := find(t, ls, "Worker actor-1 on north-1 claims nothing")
+	require.Equal(t, "bad", l.Severity)
+	require.Equal(t, "/t/acme/fleet", l.Href)
+	require.Contains(t, l.Text, "(haulbridge) cannot be built from its spec: feed.fields.key.path: required")
+	find(t, ls, "actor-2 on north-1: restart budget spent")
+	for _, l := range ls {
+		require.NotContains(t, l.Text, "actor-1 on north-1: restart budget spent", "the refused worker's crash-loop alarm adds no line: %+v", ls)
+	}
+	_, page := paneltest.Do(t, admin, "GET", c.Server.URL+"/t/acme/fleet", nil)
+	require.Contains(t, page, `data-testid="needs-person-north-1"`, "the fleet page lists it among what needs a person")
+	require.Contains(t, page, "feed.fields.key.path: required")
+
+	// A new spec started it: its newest event is no longer the refusal.
+	require.NoError(t, c.Fleet.AddEvent(ctx, a, wire.Event{Level: wire.LevelInfo, Kind: "worker_started", Worker: "actor-1", Message: "started"}))
+	_, body = paneltest.Do(t, admin, "GET", c.Server.URL+"/", nil)
+	for _, l := range strip(t, body) {
+		require.NotContains(t, l.Text, "claims nothing: its account's platform")
+	}
+	find(t, strip(t, body), "2 workers out of restarts (crash loop)")
+}
