@@ -101,6 +101,7 @@ func TestBrowserWideTablesBecomeListsOnAPhone(t *testing.T) {
 		{"/account", []string{`[data-testid="sessions"]`}},
 		{"/t/acme/claims/settings", []string{`[data-testid="platforms"] table`}},
 	}
+	titles, badges := map[string]int{}, map[string]int{}
 	for _, width := range []int{390, 1366} {
 		require.NoError(t, proto.EmulationSetDeviceMetricsOverride{Width: width, Height: 844, DeviceScaleFactor: 1, Mobile: width < 500}.Call(p))
 		phone := width < 760
@@ -115,6 +116,11 @@ func TestBrowserWideTablesBecomeListsOnAPhone(t *testing.T) {
 			}
 			over := p.MustEval(overflowJS).Arr()
 			require.LessOrEqual(t, over[0].Int(), 0, "%s at %d px scrolls sideways by %d px (%s)", pg.path, width, over[0].Int(), over[1].Str())
+			read := p.MustEval(readableJS).Arr()
+			require.Empty(t, read[0].Str(), "%s at %d px: chart titles drawn smaller than 9 px", pg.path, width)
+			require.Empty(t, read[1].Str(), "%s at %d px: figures whose word badge wraps", pg.path, width)
+			titles[pg.path] += read[2].Int()
+			badges[pg.path] += read[3].Int()
 			for _, sel := range pg.tables {
 				// One look at the live document: a page's htmx refresh may
 				// replace the table between two calls.
@@ -140,4 +146,33 @@ func TestBrowserWideTablesBecomeListsOnAPhone(t *testing.T) {
 			}
 		}
 	}
+	// The checks above looked at something: the latency page's series
+	// and histograms at both widths, the overview's word badges.
+	require.GreaterOrEqual(t, titles["/t/acme/claims/latency"], 2*(1+6), "chart titles measured on the latency page")
+	require.Positive(t, badges["/"], "word badges measured on the overview")
 }
+
+// readableJS measures what a reader must be able to read: each shown
+// chart's title in CSS pixels (an SVG's words shrink with its drawing),
+// and each overview figure's word badge, which must keep to one line.
+// It returns the titles under 9 px, the badges that wrap, and how many of
+// each it measured.
+const readableJS = `() => {
+	const small = [], wrapped = [];
+	let titles = 0, badges = 0;
+	for (const t of document.querySelectorAll("svg.chart text.title")) {
+		const svg = t.ownerSVGElement, r = svg.getBoundingClientRect();
+		if (r.width === 0) continue; // the drawing for the other width
+		titles++;
+		const px = parseFloat(t.getAttribute("font-size")) * r.width / svg.viewBox.baseVal.width;
+		if (px < 9) small.push((svg.getAttribute("data-testid") || "") + " " + px.toFixed(1) + " px");
+	}
+	for (const b of document.querySelectorAll(".stat .value .badge")) {
+		badges++;
+		const cs = getComputedStyle(b);
+		const line = parseFloat(cs.lineHeight) || parseFloat(cs.fontSize) * 1.3;
+		const pad = parseFloat(cs.paddingTop) + parseFloat(cs.paddingBottom);
+		if (b.getBoundingClientRect().height > line * 1.5 + pad) wrapped.push(b.textContent.trim());
+	}
+	return [small.join("; "), wrapped.join("; "), titles, badges];
+}`

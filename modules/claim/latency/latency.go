@@ -183,7 +183,7 @@ func HistogramSVG(stage string, claims []claim.Claim) string {
 		x := 4 + float64(i)*bw
 		fmt.Fprintf(&sb, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f" rx="1.5" fill="#4f7fbf"><title>≤%s ms: %d</title></rect>`,
 			x, float64(pad+h)-bh, bw-2, bh, boundLabel(histBounds[i]), c)
-		fmt.Fprintf(&sb, `<text x="%.1f" y="%d" font-size="8" text-anchor="middle">%s</text>`, x+bw/2, pad+h+12, boundLabel(histBounds[i]))
+		fmt.Fprintf(&sb, `<text x="%.1f" y="%d" font-size="10" text-anchor="middle">%s</text>`, x+bw/2, pad+h+13, boundLabel(histBounds[i]))
 	}
 	sb.WriteString(`</svg>`)
 	return sb.String()
@@ -196,8 +196,19 @@ func boundLabel(b float64) string {
 	return strconv.FormatFloat(b, 'f', -1, 64)
 }
 
-// SeriesSVG draws p50 and p95 of a stage per minute of lease time.
+// SeriesSVG draws p50 and p95 of a stage per minute of lease time, for a
+// wide card.
 func SeriesSVG(stage string, claims []claim.Claim) string {
+	return seriesSVG(stage, claims, 1000, "series-")
+}
+
+// NarrowSeriesSVG is SeriesSVG for a phone's width: the same figures in a
+// drawing a third as wide, so its words are not shrunk out of sight.
+func NarrowSeriesSVG(stage string, claims []claim.Claim) string {
+	return seriesSVG(stage, claims, 380, "series-narrow-")
+}
+
+func seriesSVG(stage string, claims []claim.Claim, w int, testid string) string {
 	type bucket struct {
 		at time.Time
 		ds []time.Duration
@@ -219,11 +230,11 @@ func SeriesSVG(stage string, claims []claim.Claim) string {
 		b.ds = append(b.ds, d)
 	}
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].at.Before(buckets[j].at) })
-	const w, h, pad = 1000, 150, 34
+	const h, pad = 150, 34
 	const left = 64 // room for the y-axis labels
 	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s over time" data-testid="series-%s">`,
-		w, h+pad*2, html.EscapeString(stage), html.EscapeString(stage))
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 %d %d" role="img" aria-label="%s over time" data-testid="%s%s">`,
+		w, h+pad*2, html.EscapeString(stage), testid, html.EscapeString(stage))
 	fmt.Fprintf(&sb, `<text class="title" x="4" y="14" font-size="12">%s per minute <tspan font-weight="400">· p50 (blue), p95 (red)</tspan></text>`, html.EscapeString(StageLabel(stage)))
 	if len(buckets) == 0 {
 		sb.WriteString(`<text x="4" y="40" font-size="12">no data in the window</text></svg>`)

@@ -285,9 +285,11 @@ type latencyModel struct {
 	Groups []latency.Group
 	Hists  []string
 	Series string
-	N      int
-	Query  string
-	Wins   winModel
+	// NarrowSeries is Series drawn for a phone.
+	NarrowSeries string
+	N            int
+	Query        string
+	Wins         winModel
 }
 
 func (w *web) latencyData(r *http.Request) (latencyModel, []claim.Claim, error) {
@@ -331,6 +333,7 @@ func (w *web) latencyPage(rw http.ResponseWriter, r *http.Request) {
 		m.Hists = append(m.Hists, latency.HistogramSVG(s, claims))
 	}
 	m.Series = latency.SeriesSVG(claim.StageDetectAction, claims)
+	m.NarrowSeries = latency.NarrowSeriesSVG(claim.StageDetectAction, claims)
 	at, _ := auth.TenantFrom(r.Context())
 	if m.Wins, err = w.wins(r.Context(), at.ID); err != nil {
 		w.fail(rw, r, "win rate", err)
