@@ -39,3 +39,13 @@ func TestLatencyCSVNeutralisesFormulaPrefixes(t *testing.T) {
 	last := rows[len(rows)-1]
 	require.Equal(t, []string{"LD-100", "default", "actor-7"}, []string{last[0], last[2], last[3]}, "ordinary values untouched")
 }
+
+// TestAxisLabelsCarryTheirUnitApart: the series' axis says "377 ms" and
+// "1.2 s", never Go's "377ms".
+func TestAxisLabelsCarryTheirUnitApart(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "0 ms", 377 * time.Millisecond: "377 ms", 1249 * time.Millisecond: "1.2 s"} {
+		if got := axisLabel(d); got != want {
+			t.Errorf("axisLabel(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -260,7 +260,7 @@ func seriesSVG(stage string, claims []claim.Claim, w int, testid string) string 
 		y := float64(pad+h) - float64(h)*f
 		fmt.Fprintf(&sb, `<line class="axis" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#dde3ea"/>`, left, w-pad, y, y)
 		fmt.Fprintf(&sb, `<text x="%d" y="%.1f" font-size="10" text-anchor="end">%s</text>`, left-6, y+3,
-			time.Duration(float64(peak)*f).Round(time.Millisecond))
+			axisLabel(time.Duration(float64(peak)*f)))
 	}
 	for _, line := range []struct {
 		ds    []time.Duration
@@ -281,6 +281,15 @@ func seriesSVG(stage string, claims []claim.Claim, w int, testid string) string 
 		buckets[len(buckets)-1].at.UTC().Format("15:04"), len(buckets))
 	sb.WriteString(`</svg>`)
 	return sb.String()
+}
+
+// axisLabel reads a latency on an axis with its unit apart: "0 ms",
+// "377 ms", "1.2 s".
+func axisLabel(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatInt(d.Round(time.Millisecond).Milliseconds(), 10) + " ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
 }
 
 // StageLabel names a stage for people ("detect → queued").
