@@ -11,11 +11,11 @@ import (
 
 // leaf is one scalar value inside a JSON object, at a gjson path.
 type leaf struct {
-	path  string // gjson path from the object
-	name  string // the last key, lower case
+	path   string // gjson path from the object
+	name   string // the last key, lower case
 	parent string // the key above it, lower case ("" at the top)
-	depth int
-	v     gjson.Result
+	depth  int
+	v      gjson.Result
 }
 
 var gjsonSpecial = strings.NewReplacer(`\`, `\\`, `.`, `\.`, `*`, `\*`, `?`, `\?`, `#`, `\#`, `|`, `\|`, `@`, `\@`, `!`, `\!`, `=`, `\=`, `<`, `\<`, `>`, `\>`, `%`, `\%`)

@@ -597,4 +597,3 @@ func (s *session) missingBookings(f *feedFound) ymap {
 	m.set("complete", newMap().set("total", "total", ""), "")
 	return m
 }
-
