@@ -9,8 +9,8 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/config"
 	"github.com/fleetwright/fleetwright/app/logging"
-	pspec "github.com/fleetwright/fleetwright/modules/platform/spec"
 	"github.com/fleetwright/fleetwright/modules/platform/propose"
+	pspec "github.com/fleetwright/fleetwright/modules/platform/spec"
 )
 
 func platformProposeCommand() Command {

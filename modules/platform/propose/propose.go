@@ -381,7 +381,7 @@ type source struct {
 
 // findSource looks for v in the answers before entry i, newest first:
 // a cookie it set, a header, a JSON value, a hidden input or a meta tag.
-func (s *session) findSource(v string, i int) (*source, bool) {
+func (s *session) findSource(v string, i int, field string) (*source, bool) {
 	if len(v) < 8 {
 		return nil, false
 	}
@@ -405,7 +405,7 @@ func (s *session) findSource(v string, i int) (*source, bool) {
 			}
 		}
 		if e.isHTML() {
-			if sel, attr, ok := htmlSource(e.body(), v); ok {
+			if sel, attr, ok := htmlSource(e.body(), v, field); ok {
 				return &source{j, flowMap().set("html", sel, "").set("attr", attr, ""), "the page's " + sel}, true
 			}
 		}
@@ -413,12 +413,16 @@ func (s *session) findSource(v string, i int) (*source, bool) {
 	return nil, false
 }
 
-// htmlSource finds v in a page's meta tags and inputs, and a selector
-// whose first match holds it.
-func htmlSource(body []byte, v string) (string, string, bool) {
+// htmlSource finds v in a page's inputs named field (a form sends its own
+// hidden field), then its meta tags and other inputs, and a selector whose
+// first match holds it.
+func htmlSource(body []byte, v, field string) (string, string, bool) {
 	d, err := goquery.NewDocumentFromReader(bytes.NewReader(body))
 	if err != nil {
 		return "", "", false
+	}
+	if sel, ok := inputSource(d, v, field); ok {
+		return sel, "value", true
 	}
 	var sel, attr string
 	d.Find("meta[content]").EachWithBreak(func(_ int, m *goquery.Selection) bool {
@@ -433,13 +437,19 @@ func htmlSource(body []byte, v string) (string, string, bool) {
 	if sel != "" && first(d, sel, attr) == v {
 		return sel, attr, true
 	}
-	sel = ""
+	sel, ok := inputSource(d, v, "")
+	return sel, "value", ok
+}
+
+// inputSource finds an input (named name, or any) whose value is v.
+func inputSource(d *goquery.Document, v, name string) (string, bool) {
+	sel := ""
 	d.Find("input[value]").EachWithBreak(func(_ int, in *goquery.Selection) bool {
 		if c, _ := in.Attr("value"); c != v {
 			return true
 		}
 		n, ok := in.Attr("name")
-		if !ok {
+		if !ok || (name != "" && n != name) {
 			return true
 		}
 		cands := []string{fmt.Sprintf(`input[name="%s"]`, n)}
@@ -450,13 +460,13 @@ func htmlSource(body []byte, v string) (string, string, bool) {
 		}
 		for _, c := range cands {
 			if first(d, c, "value") == v {
-				sel, attr = c, "value"
+				sel = c
 				return false
 			}
 		}
 		return true
 	})
-	return sel, attr, sel != ""
+	return sel, sel != ""
 }
 
 func first(d *goquery.Document, sel, attr string) string {
@@ -595,7 +605,7 @@ func (s *session) signIn(feed *feedFound) (*signIn, *sessionOut, error) {
 		if a := header(s.es[i].Request.Headers, "Authorization"); strings.HasPrefix(a, "Bearer ") {
 			tok := strings.TrimPrefix(a, "Bearer ")
 			s.secret(tok)
-			if src, ok := s.findSource(tok, i); ok && taken[src.entry] != nil {
+			if src, ok := s.findSource(tok, i, "Authorization"); ok && taken[src.entry] != nil {
 				bearer = src
 				st := taken[src.entry]
 				st.extract = newMap()
@@ -683,7 +693,7 @@ type value struct{ text, comment string }
 // step of its own that asks for that page); a token-like value with no
 // source a placeholder; anything else is sent as recorded.
 func (s *session) carried(field, v string, at int, taken map[int]*step, pages *[]*step) value {
-	src, ok := s.findSource(v, at)
+	src, ok := s.findSource(v, at, field)
 	if !ok {
 		return s.literal(field, v)
 	}
@@ -767,7 +777,7 @@ func (s *session) session(out *sessionOut, si *signIn) {
 // an earlier answer gave becomes {{.vars.NAME}}, read by the session's
 // check; a bearer token sets the session's header.
 func (s *session) sent(out *sessionOut, field, v string, at int) value {
-	src, ok := s.findSource(v, at)
+	src, ok := s.findSource(v, at, field)
 	if !ok {
 		return s.literal(field, v)
 	}

@@ -59,6 +59,15 @@ var dialects = []dialect{
 		row:         func(id string) string { return fmt.Sprintf(`[data-load-id=%q] button`, id) },
 		booked:      func(id string) string { return fmt.Sprintf(`[data-load-id=%q] .result.booked`, id) },
 		bookingsURL: "/api/bookings?after=0&limit=200", bookingsPath: "/api/bookings",
+		edits: []edit{
+			{"name", "name: sandbox-freight-exchange", "name: sandbox-draft"},
+			{"code_reused", "    - name: code\n      one_time_code: true\n",
+				"    - name: code\n      one_time_code: true\n      code_reused: {header: {name: X-Board-Error, equals: totp_reused}}\n"},
+			{"taken", "result: confirmed, booking_id: {json: booking.id}}\n",
+				"result: confirmed, booking_id: {json: booking.id}}\n    - {when: {status: [409], json: {path: status, equals: taken}}, result: taken}\n"},
+			{"idempotency header", "  results: # guess: the one answer recorded", "  idempotency_header: Idempotency-Key\n  results: # guess: the one answer recorded"},
+			{"idempotency read", "idempotency:\n  honoured: false", "idempotency:\n  read: {request: {url: /api/platform}, path: idempotency_keys}\n  # honoured: false"},
+		},
 	},
 	{
 		name: board.DialectHTML, signInURL: "/signin", user: "#user_login", pass: "#user_password", submit: "#signin-submit", afterPassword: "/signin/verify",
@@ -66,6 +75,16 @@ var dialects = []dialect{
 		row:         func(id string) string { return fmt.Sprintf(`[data-load=%q] button`, id) },
 		booked:      func(string) string { return "#confirmation .confirmation-number" },
 		bookingsURL: "/api/v2/account/bookings?page[offset]=0&page[limit]=50", bookingsPath: "/api/v2/account/bookings",
+		edits: []edit{
+			{"name", "name: haulbridge-freight-portal", "name: haulbridge-draft"},
+			{"code_reused", "    - name: code\n      one_time_code: true\n",
+				"    - name: code\n      one_time_code: true\n      code_reused: {html: {selector: '.flash[data-code]', attr: data-code, equals: otp_used}}\n"},
+			{"signed_out", "    - {url_path: /signin}\n", "    - {url_path: /signin}\n    - {json: {path: errors.0.code, equals: not_authenticated}}\n"},
+			{"taken", "booking_id: {html: '#confirmation .confirmation-number'}}\n",
+				"booking_id: {html: '#confirmation .confirmation-number'}}\n    - {when: {status: [200], html: {selector: '.flash[data-code]', attr: data-code, equals: already_booked}}, result: taken}\n"},
+			{"request token", "    url: /loads/{{path .key}}/book\n    form:\n", "    url: /loads/{{path .key}}/book\n    form:\n      request_token: '{{.booking_key}}'\n"},
+			{"idempotency read", "idempotency:\n  honoured: false", "idempotency:\n  read: {request: {url: /api/v2/about}, path: meta.request_tokens_honoured}\n  # honoured: false"},
+		},
 	},
 }
 
@@ -169,44 +188,19 @@ func TestProposeFromRecordedSession(t *testing.T) {
 			require.Contains(t, string(draft), "{{.code}}")
 			require.Contains(t, string(draft), "# guess:")
 
-			// The manual edits, then the engine's check with another account.
+			// The draft as it is passes the check (no booking); with the
+			// manual edits it passes again, booking one load.
+			ids := map[string]bool{}
+			for _, l := range loads {
+				ids[l.ID] = true
+			}
+			checkDraft(t, ctx, s, string(draft), "check-1", "", ids, loads[0].ID)
 			text := string(draft)
 			for _, e := range d.edits {
 				require.Contains(t, text, e.old, "edit %q", e.name)
 				text = strings.Replace(text, e.old, e.new, 1)
 			}
-			sp, err := spec.Parse("draft.yaml", []byte(text))
-			require.NoError(t, err)
-			checker, err := s.CreateAccount(ctx, board.AccountSpec{Username: "check-1", Password: password, Client: "acme"})
-			require.NoError(t, err)
-			ad, err := engine.New(sp, s.URL())
-			require.NoError(t, err)
-			r := ad.Check(ctx, engine.CheckOptions{
-				Credentials: wire.Credentials{Username: "check-1", Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(checker.TOTPSecret)},
-				Book:        loads[1].ID,
-			})
-			var report bytes.Buffer
-			cli.PrintCheck(&report, r)
-			t.Logf("check:\n%s", report.String())
-			require.True(t, r.SignIn.OK, r.SignIn.Error)
-			require.True(t, r.Feed.OK, r.Feed.Error)
-			require.GreaterOrEqual(t, r.Feed.Count, 3, "the live loads (one is booked)")
-			ids := map[string]bool{}
-			for _, l := range loads {
-				ids[l.ID] = true
-			}
-			for _, it := range r.Feed.Traced {
-				f := traced(it)
-				require.True(t, ids[f["key"]], "key %q is a published load's", f["key"])
-				require.NotEmpty(t, f["published_at"])
-			}
-			require.True(t, r.Bookings.OK, r.Bookings.Error)
-			require.True(t, r.Bookings.Complete)
-			require.Equal(t, 1, r.Bookings.Count, "the person's booking")
-			require.Equal(t, "acme", r.Bookings.Client)
-			bf := traced(r.Bookings.Traced[0])
-			require.Equal(t, loads[0].ID, bf["key"])
-			require.NotEmpty(t, bf["booking_id"])
+			r := checkDraft(t, ctx, s, text, "check-2", loads[1].ID, ids, loads[0].ID)
 			require.NotNil(t, r.Book)
 			require.True(t, r.Book.OK, r.Book.Error)
 			require.Equal(t, string(wire.ResultConfirmed), r.Book.Result)
@@ -214,6 +208,44 @@ func TestProposeFromRecordedSession(t *testing.T) {
 			require.Len(t, s.Bookings("acme"), 2)
 		})
 	}
+}
+
+// checkDraft runs the engine's check of a draft against the board with a
+// new account, and asserts what it extracted: sign-in, the feed's jobs
+// with key and published_at, the bookings walk complete with the
+// person's booking.
+func checkDraft(t *testing.T, ctx context.Context, s *board.Server, text, user, book string, ids map[string]bool, booked string) engine.CheckReport {
+	t.Helper()
+	sp, err := spec.Parse("draft.yaml", []byte(text))
+	require.NoError(t, err)
+	acct, err := s.CreateAccount(ctx, board.AccountSpec{Username: user, Password: password, Client: "acme"})
+	require.NoError(t, err)
+	ad, err := engine.New(sp, s.URL())
+	require.NoError(t, err)
+	r := ad.Check(ctx, engine.CheckOptions{
+		Credentials: wire.Credentials{Username: user, Password: wire.NewSecret(password), TOTPSecret: wire.NewSecret(acct.TOTPSecret)},
+		Book:        book,
+	})
+	var report bytes.Buffer
+	cli.PrintCheck(&report, r)
+	t.Logf("check:\n%s", report.String())
+	require.True(t, r.SignIn.OK, r.SignIn.Error)
+	require.True(t, r.Feed.OK, r.Feed.Error)
+	require.GreaterOrEqual(t, r.Feed.Count, 3, "the live loads")
+	require.NotEmpty(t, r.Feed.Traced)
+	for _, it := range r.Feed.Traced {
+		f := traced(it)
+		require.True(t, ids[f["key"]], "key %q is a published load's", f["key"])
+		require.NotEmpty(t, f["published_at"])
+	}
+	require.True(t, r.Bookings.OK, r.Bookings.Error)
+	require.True(t, r.Bookings.Complete)
+	require.GreaterOrEqual(t, r.Bookings.Count, 1)
+	require.Equal(t, "acme", r.Bookings.Client)
+	bf := traced(r.Bookings.Traced[0])
+	require.Equal(t, booked, bf["key"], "the person's booking")
+	require.NotEmpty(t, bf["booking_id"])
+	return r
 }
 
 func traced(it engine.ItemTrace) map[string]string {
