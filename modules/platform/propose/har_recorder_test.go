@@ -49,7 +49,7 @@ type hop struct {
 func headers(h proto.NetworkHeaders) map[string]string {
 	out := map[string]string{}
 	for k, v := range h {
-		out[k] = v.String()
+		out[k] = v.Str()
 	}
 	return out
 }

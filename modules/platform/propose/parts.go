@@ -408,6 +408,13 @@ func (s *session) findBookings(f *feedFound, b *bookingFound) *bookingsFound {
 					bl := &bookingsFound{entry: i, items: a, keyPath: l.path, item: ls}
 					if id, ok := pick(ls, "id", "booking_id", "confirmation", "confirmation_number", "number"); ok && id.path != l.path {
 						bl.idPath, bl.bookingID = id.path, id.v.String()
+					} else {
+						for _, o := range ls {
+							if o.path != l.path && strings.HasSuffix(o.name, "id") {
+								bl.idPath, bl.bookingID = o.path, o.v.String()
+								break
+							}
+						}
 					}
 					return bl
 				}

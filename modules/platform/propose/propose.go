@@ -667,7 +667,11 @@ func (s *session) signIn(feed *feedFound) (*signIn, *sessionOut, error) {
 		st.node.set("request", req, "")
 		last := s.es[st.chain[len(st.chain)-1]]
 		succ := flowMap().set("status", []int{last.Response.Status}, "").set("url_path", last.url().Path, "")
-		st.node.set("success", succ, "guess: where the recorded step ended; no failing answer was recorded: add fail rules (a wrong password)"+map[bool]string{true: " and code_reused (a code used twice)", false: ""}[st.code])
+		note := "guess: where the recorded step ended; no failing answer was recorded: add fail rules (a wrong password)"
+		if st.code {
+			note = "guess: where the recorded step ended; no failing answer was recorded: add fail rules (a wrong code) and code_reused (a code used twice)"
+		}
+		st.node.set("success", succ, note)
 	}
 	all := append(pages, si.steps...)
 	sort.Slice(all, func(i, j int) bool { return all[i].entry < all[j].entry })
@@ -682,7 +686,15 @@ func (s *session) signIn(feed *feedFound) (*signIn, *sessionOut, error) {
 	si.node.set("steps", steps, "")
 	s.summary = append(s.summary, fmt.Sprintf("sign-in: %d step(s) ending on %s", len(all), s.es[all[len(all)-1].chain[len(all[len(all)-1].chain)-1]].url().Path))
 	last := all[len(all)-1]
-	return si, &sessionOut{node: newMap(), vars: map[string]*source{}, landing: last.chain[len(last.chain)-1], bearer: bearer}, nil
+	// Where the signed-in session landed: the last step's final page, or
+	// (a JSON sign-in) the first signed-in GET after it.
+	landing := last.chain[len(last.chain)-1]
+	for j := landing; j < len(s.es) && s.es[landing].Request.Method != "GET"; j++ {
+		if e := s.es[j]; e.Request.Method == "GET" && e.Response.Status/100 == 2 {
+			landing = j
+		}
+	}
+	return si, &sessionOut{node: newMap(), vars: map[string]*source{}, landing: landing, bearer: bearer}, nil
 }
 
 // value is a template for one value a request sends, with its comment.
