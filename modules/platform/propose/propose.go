@@ -584,6 +584,7 @@ func (s *session) signIn(feed *feedFound) (*signIn, *sessionOut, error) {
 	if pw < 0 {
 		return nil, nil, fmt.Errorf("propose: no sign-in in the session: no request before the first feed answer sends a password field; start recording before you sign in (DevTools open, Network → Preserve log)")
 	}
+	// The password and the code: two steps, or one that sends both.
 	idx := []int{pw}
 	if code > pw {
 		idx = append(idx, code)
@@ -591,7 +592,7 @@ func (s *session) signIn(feed *feedFound) (*signIn, *sessionOut, error) {
 	taken := map[int]*step{}
 	for _, i := range idx {
 		st := &step{entry: i, chain: s.chain(i), code: i == code, name: "password"}
-		if st.code {
+		if st.code && i != pw {
 			st.name = "code"
 		}
 		for _, c := range st.chain {
@@ -629,13 +630,13 @@ func (s *session) signIn(feed *feedFound) (*signIn, *sessionOut, error) {
 		form := newMap()
 		for _, f := range s.fields(e) {
 			switch {
-			case passwordRe.MatchString(f.Name) && !st.code:
-				s.secret(f.Value)
-				form.set(f.Name, "{{."+spec.VarPassword+"}}", "")
-			case st.code && digitsRe.MatchString(f.Value):
+			case st.code && digitsRe.MatchString(f.Value) && (codeRe.MatchString(f.Name) || !passwordRe.MatchString(f.Name)):
 				s.secret(f.Value)
 				form.set(f.Name, "{{."+spec.VarCode+"}}", "")
-			case userRe.MatchString(f.Name) && !st.code && !passwordRe.MatchString(f.Name):
+			case passwordRe.MatchString(f.Name) && st.entry == pw:
+				s.secret(f.Value)
+				form.set(f.Name, "{{."+spec.VarPassword+"}}", "")
+			case userRe.MatchString(f.Name) && st.entry == pw:
 				form.set(f.Name, "{{."+spec.VarUsername+"}}", "guess: the username field")
 			default:
 				v := s.carried(f.Name, f.Value, st.entry, taken, &pages)
