@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -814,7 +815,9 @@ var skipHeaders = map[string]bool{"accept-encoding": true, "accept-language": tr
 func (s *session) headers(out *sessionOut, e *Entry, at int) ymap {
 	h := flowMap()
 	names := map[string]bool{}
-	for _, x := range e.Request.Headers {
+	hs := slices.Clone(e.Request.Headers)
+	sort.SliceStable(hs, func(i, j int) bool { return strings.ToLower(hs[i].Name) < strings.ToLower(hs[j].Name) })
+	for _, x := range hs {
 		ln := strings.ToLower(x.Name)
 		if skipHeaders[ln] || strings.HasPrefix(ln, "sec-") || strings.HasPrefix(ln, ":") || names[ln] {
 			continue
