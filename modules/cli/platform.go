@@ -16,6 +16,7 @@ func platformCommands() []Command {
 			Summary: "check platform spec files (docs/ADAPTERS.md): each error as path:line: field.path: what is wrong; exit 1 on any"},
 			nil, platformValidate),
 		platformCheckCommand(),
+		platformProposeCommand(),
 	}
 }
 

@@ -387,6 +387,16 @@ func (s *session) checkBook(ctx context.Context, key string) BookTrace {
 		return t
 	}
 	ans := &answer{status: resp.StatusCode, url: req.URL, header: resp.Header, body: raw}
+	if s.a.s.Booking.FollowRedirects && isSeeOther(ans.status) {
+		// As Book does: the rules read the page the redirect leads to.
+		next, err := s.follow(ctx, ans, d)
+		if err != nil {
+			t.Status = ans.status
+			t.Error = fmt.Sprintf("HTTP %d: the page it leads to was not read: %s", ans.status, shortErr(err))
+			return t
+		}
+		ans = next
+	}
 	t.Status = ans.status
 	t.Rule = "no result rule matched"
 	for i, r := range s.a.results {
