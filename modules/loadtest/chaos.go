@@ -89,7 +89,16 @@ var ChaosKinds = []string{KindPartition, Kind5xx, KindDropResponse, KindDropReus
 func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 	steps := map[string]func(context.Context) (int, string){
 		Kind5xx: func(ctx context.Context) (int, string) {
-			return r.boardBurst(ctx, board.EvServerError, 0.25, func(c *board.Chaos, rate float64) { c.ErrorRate = rate })
+			// Until the first hit only booking requests fail: every route
+			// failing at rate 1 would hide the feed, and no agent would
+			// see a load to book.
+			return r.boardBurst(ctx, board.EvServerError, 0.25, func(c *board.Chaos, rate float64) {
+				if rate == 1 {
+					c.ErrorRate, c.BookErrorRate = 0, 1
+				} else {
+					c.ErrorRate, c.BookErrorRate = rate, 0
+				}
+			})
 		},
 		KindDropResponse: func(ctx context.Context) (int, string) {
 			return r.boardBurst(ctx, board.EvResponseDropped, 0.4, func(c *board.Chaos, rate float64) { c.DropResponseRate = rate })
