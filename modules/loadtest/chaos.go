@@ -62,8 +62,17 @@ const (
 	chaosGap             = time.Second
 	boardBurstMin        = 3 * time.Second
 	boardBurstMax        = 25 * time.Second
-	holdFor              = 4 * time.Second
-	findActingTimeout    = 30 * time.Second
+	// holdFor is how long the board holds each booking request while an
+	// agent inside an action is looked for; a request is chosen only while
+	// its hold has at least holdSlack left, so the agent is acted on before
+	// the board answers it. Together under the hard timeout (15 s): the
+	// held request is answered before the actor gives up on it.
+	holdFor           = 7 * time.Second
+	holdSlack         = 3 * time.Second
+	findActingTimeout = 45 * time.Second
+	// demandEvery is how often a step that waits for a booking request
+	// publishes a load of its own while none came.
+	demandEvery = 1500 * time.Millisecond
 )
 
 // ChaosKinds lists every kind in schedule order.
@@ -80,17 +89,26 @@ var ChaosKinds = []string{KindPartition, Kind5xx, KindDropResponse, KindDropReus
 func (r *runner) chaos(ctx context.Context, cycleDone chan<- struct{}) {
 	steps := map[string]func(context.Context) (int, string){
 		Kind5xx: func(ctx context.Context) (int, string) {
-			return r.boardBurst(ctx, board.EvServerError, func(c *board.Chaos, on bool) { c.ErrorRate = onOff(on, 0.25) })
+			// Until the first hit only booking requests fail: every route
+			// failing at rate 1 would hide the feed, and no agent would
+			// see a load to book.
+			return r.boardBurst(ctx, board.EvServerError, 0.25, func(c *board.Chaos, rate float64) {
+				if rate == 1 {
+					c.ErrorRate, c.BookErrorRate = 0, 1
+				} else {
+					c.ErrorRate, c.BookErrorRate = rate, 0
+				}
+			})
 		},
 		KindDropResponse: func(ctx context.Context) (int, string) {
-			return r.boardBurst(ctx, board.EvResponseDropped, func(c *board.Chaos, on bool) { c.DropResponseRate = onOff(on, 0.4) })
+			return r.boardBurst(ctx, board.EvResponseDropped, 0.4, func(c *board.Chaos, rate float64) { c.DropResponseRate = rate })
 		},
 		KindDropReused: func(ctx context.Context) (int, string) {
-			return r.boardBurst(ctx, board.EvResponseDropped, func(c *board.Chaos, on bool) { c.DropReusedResponseRate = onOff(on, 1) })
+			return r.boardBurst(ctx, board.EvResponseDropped, 1, func(c *board.Chaos, rate float64) { c.DropReusedResponseRate = rate })
 		},
 		KindLateCommit: func(ctx context.Context) (int, string) {
-			return r.boardBurst(ctx, board.EvLateCommit, func(c *board.Chaos, on bool) {
-				c.LateCommitRate, c.LateCommitDelay = onOff(on, 0.4), board.Duration(5*time.Second)
+			return r.boardBurst(ctx, board.EvLateCommit, 0.4, func(c *board.Chaos, rate float64) {
+				c.LateCommitRate, c.LateCommitDelay = rate, board.Duration(5*time.Second)
 			})
 		},
 		KindSessionStorm: func(context.Context) (int, string) {
@@ -151,28 +169,56 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 
 // boardBurst turns one board switch on until the board logged at least one
 // event of its kind (and at least boardBurstMin passed), at most
-// boardBurstMax, then off; the hits are the events the board logged.
-func (r *runner) boardBurst(ctx context.Context, event string, set func(*board.Chaos, bool)) (int, string) {
+// boardBurstMax, then off; the hits are the events the board logged. The
+// hit does not rest on the dice or on the publisher: until the first event
+// the switch is at rate 1 (the first request it applies to is hit), only
+// then at its rate, and while nothing was hit the step publishes a load
+// every tenant wants each demandEvery, so booking requests keep coming.
+func (r *runner) boardBurst(ctx context.Context, event string, rate float64, set func(*board.Chaos, float64)) (int, string) {
+	apply := func(v float64) error {
+		c := r.board().Chaos()
+		set(&c, v)
+		return r.board().SetChaos(c)
+	}
 	after := r.lastEvent()
-	c := r.board().Chaos()
-	set(&c, true)
-	if err := r.board().SetChaos(c); err != nil {
+	if err := apply(1); err != nil {
 		return 0, err.Error()
 	}
 	start := time.Now()
+	first, demanded := time.Duration(0), 0
+	var nextDemand time.Time
 	for time.Since(start) < boardBurstMax {
-		if time.Since(start) >= boardBurstMin && r.countEvents(after, event) > 0 {
+		n := r.countEvents(after, event)
+		if n > 0 && first == 0 {
+			first = time.Since(start)
+			_ = apply(rate)
+		}
+		if time.Since(start) >= boardBurstMin && n > 0 {
 			break
+		}
+		if n == 0 && time.Now().After(nextDemand) {
+			demanded += r.demand(ctx)
+			nextDemand = time.Now().Add(demandEvery)
 		}
 		if !r.sleep(ctx, 200*time.Millisecond) {
 			break
 		}
 	}
-	c = r.board().Chaos()
-	set(&c, false)
-	_ = r.board().SetChaos(c)
+	_ = apply(0)
 	n := r.countEvents(after, event)
-	return n, fmt.Sprintf("switch on for %s", time.Since(start).Round(100*time.Millisecond))
+	return n, fmt.Sprintf("switch on for %s (rate 1 until the first hit after %s, then %v; %d load(s) published for it)",
+		time.Since(start).Round(100*time.Millisecond), first.Round(100*time.Millisecond), rate, demanded)
+}
+
+// demand publishes one load every tenant's filter wants (the publisher's
+// own draw), so a step that needs booking requests gets them whatever the
+// Poisson publisher did meanwhile; it returns how many it published.
+func (r *runner) demand(ctx context.Context) int {
+	loads, err := r.board().Publish(ctx, 1, nil)
+	if err != nil {
+		r.log.Warn("chaos: demand load", "err", err)
+	}
+	return len(loads)
 }
 
 func (r *runner) lastEvent() int64 {
@@ -204,7 +250,11 @@ type acting struct {
 }
 
 // findActing holds every booking on the board for holdFor and waits until
-// one of the candidate agents (in seeded order) has a claim in ACTING.
+// the board is holding a booking request of one of the candidate agents
+// whose claim is ACTING: that agent is inside its action (its request is
+// in flight, unanswered, for at least holdSlack more), whatever the load on
+// the machine. While none is found it publishes a load every tenant wants
+// each demandEvery, so the candidates get work to act on.
 func (r *runner) findActing(ctx context.Context, candidates []*proc) (acting, func(), error) {
 	c := r.board().Chaos()
 	c.Hold = board.Duration(holdFor)
@@ -214,41 +264,54 @@ func (r *runner) findActing(ctx context.Context, candidates []*proc) (acting, fu
 		c.Hold = 0
 		_ = r.board().SetChaos(c)
 	}
-	order := append([]*proc(nil), candidates...)
-	r.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	deadline := time.Now().Add(findActingTimeout)
-	// Only a claim that started acting after the hold was on has its
-	// booking request held by the board; one that started just before may
-	// be answered (and leave ACTING) before the fault is applied. The
-	// database's clock says when the hold began.
-	var since time.Time
-	for time.Now().Before(deadline) && since.IsZero() {
-		if err := r.super.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil && !r.sleep(ctx, 100*time.Millisecond) {
-			break
-		}
+	// Every booking request the board logs after this point read the
+	// switch after it was set: it is held.
+	after := r.lastEvent()
+	byName := map[string]*proc{}
+	for _, p := range candidates {
+		byName[p.agent.Name] = p
 	}
+	deadline := time.Now().Add(findActingTimeout)
+	var held []*board.Event
+	var nextDemand time.Time
 	for time.Now().Before(deadline) {
-		held := map[string]acting{}
-		rows, err := r.super.Query(ctx, `SELECT holder_agent::text, target_job_key, tenant_id::text FROM claims
-			WHERE state = 'ACTING' AND act_started_at > $1 AND act_started_at > now() - interval '2 seconds'`, since)
-		if err == nil {
-			for rows.Next() {
-				var a acting
-				var agent string
-				if rows.Scan(&agent, &a.key, &a.tenantID) == nil {
-					held[agent] = a
+		for {
+			evs := r.board().Events(after, 1000)
+			if len(evs) == 0 {
+				break
+			}
+			for _, e := range evs {
+				after = e.Seq
+				if e.Type == board.EvBookingRequest && byName[e.Account] != nil {
+					held = append(held, e)
 				}
 			}
-			rows.Close()
 		}
-		for _, p := range order {
+		live := held[:0]
+		for _, e := range held {
+			if time.Since(e.At) < holdFor-holdSlack {
+				live = append(live, e)
+			}
+		}
+		held = live
+		for _, e := range held {
+			p := byName[e.Account]
 			r.mu.Lock()
-			busy := r.stopped[p]
+			busy := r.stopped[p] || r.partitioned == p
 			r.mu.Unlock()
-			if a, ok := held[p.agentID]; ok && !busy && p.pid() != 0 {
-				a.p = p
+			if busy || p.pid() == 0 {
+				continue
+			}
+			a := acting{p: p, key: e.LoadID, tenantID: r.tenantIDs[p.agent.Tenant]}
+			var holder string
+			if err := r.super.QueryRow(ctx, `SELECT holder_agent::text FROM claims WHERE tenant_id = $1 AND target_job_key = $2 AND state = 'ACTING'`,
+				a.tenantID, a.key).Scan(&holder); err == nil && holder == p.agentID {
 				return a, release, nil
 			}
+		}
+		if len(held) == 0 && time.Now().After(nextDemand) {
+			r.demand(ctx)
+			nextDemand = time.Now().Add(demandEvery)
 		}
 		if !r.sleep(ctx, 100*time.Millisecond) {
 			break
@@ -265,39 +328,31 @@ func (r *runner) claimState(ctx context.Context, tenantID, key string) string {
 	return s
 }
 
-// killMidAction SIGKILLs an HTTP-only agent whose claim is ACTING (the board
-// holds its booking request), so the request still books after the agent
-// died: the claim must end CONFIRMED through the reconciler. The agent's
-// unit restarts it, and its journal reports the action UNKNOWN.
+// killMidAction SIGKILLs an HTTP-only agent whose claim is ACTING while
+// the board holds its booking request (findActing), so the request still
+// books after the agent died: the claim must end CONFIRMED through the
+// reconciler. The agent's unit restarts it, and its journal reports the
+// action UNKNOWN. The state is read once more just before the kill; with
+// the request held for holdSlack more, nothing can have answered it.
 func (r *runner) killMidAction(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() && !r.isPartitioned(p) {
+		if p.agent.httpOnly() && p.agent.acts() && p != r.gateAgent() {
 			cands = append(cands, p)
 		}
 	}
-	// A claim that leaves ACTING between being found and the kill (its
-	// request answered after all) is no hit: look for another, a few times.
-	for try := 0; ; try++ {
-		a, release, err := r.findActing(ctx, cands)
-		if err != nil {
-			release()
-			return 0, "no HTTP-only agent was ACTING within " + findActingTimeout.String()
-		}
-		if r.claimState(ctx, a.tenantID, a.key) != "ACTING" {
-			release()
-			if try < 3 && ctx.Err() == nil {
-				continue
-			}
-			return 0, "the claim left ACTING before the kill (4 tries)"
-		}
-		err = a.p.u.Signal(syscall.SIGKILL)
-		release()
-		if err != nil {
-			return 0, err.Error()
-		}
-		return 1, fmt.Sprintf("SIGKILL %s while %s was ACTING", a.p.name, a.key)
+	a, release, err := r.findActing(ctx, cands)
+	defer release()
+	if err != nil {
+		return 0, "no HTTP-only agent's booking request was held while ACTING within " + findActingTimeout.String()
 	}
+	if st := r.claimState(ctx, a.tenantID, a.key); st != "ACTING" {
+		return 0, fmt.Sprintf("%s's claim %s was %s, not ACTING, at the kill", a.p.name, a.key, st)
+	}
+	if err := a.p.u.Signal(syscall.SIGKILL); err != nil {
+		return 0, err.Error()
+	}
+	return 1, fmt.Sprintf("SIGKILL %s while %s was ACTING and its booking request held by the board", a.p.name, a.key)
 }
 
 // stopPastLease SIGSTOPs an agent holding a claim for longer than both its
@@ -306,14 +361,14 @@ func (r *runner) killMidAction(ctx context.Context) (int, string) {
 func (r *runner) stopPastLease(ctx context.Context) (int, string) {
 	var cands []*proc
 	for _, p := range r.agents {
-		if p.agent.acts() && p != r.gateAgent() && !r.isPartitioned(p) {
+		if p.agent.acts() && p != r.gateAgent() {
 			cands = append(cands, p)
 		}
 	}
 	a, release, err := r.findActing(ctx, cands)
 	if err != nil {
 		release()
-		return 0, "no agent was ACTING within " + findActingTimeout.String()
+		return 0, "no agent's booking request was held while ACTING within " + findActingTimeout.String()
 	}
 	state := r.claimState(ctx, a.tenantID, a.key)
 	if state != "ACTING" && state != "LEASED" {
@@ -360,7 +415,9 @@ func (r *runner) redisOutage(ctx context.Context) (int, string) {
 	r.redisMu.Unlock()
 	rd.Stop()
 	down := time.Now()
-	for time.Since(down) < 20*time.Second {
+	// Up to a minute: a replica whose timers run late on a loaded machine
+	// (or one frozen by panel_freeze meanwhile) still notices.
+	for time.Since(down) < time.Minute {
 		if a, _ := r.panelAlarms(); a > alarms0 && time.Since(down) >= 4*time.Second {
 			break
 		}
@@ -696,12 +753,19 @@ func (r *runner) awaitGateStop(ctx context.Context) (int, string) {
 		return 0, "no actor agent to run with the setting"
 	}
 	start := time.Now()
+	var nextDemand time.Time
 	for time.Since(start) < time.Minute {
 		r.mu.Lock()
 		done, now := r.hits[KindStopAfterGate], r.stopped[p]
 		r.mu.Unlock()
 		if done > 0 || now {
 			return 0, fmt.Sprintf("%s stopped itself after booking %d's gate opened (hits counted when it is continued)", p.name, stopAfterGateBooking)
+		}
+		// The agent's tenant wants every load: each one published here
+		// is a booking for it to make.
+		if time.Now().After(nextDemand) {
+			r.demand(ctx)
+			nextDemand = time.Now().Add(demandEvery)
 		}
 		if !r.sleep(ctx, 200*time.Millisecond) {
 			break
@@ -732,9 +796,17 @@ func (r *runner) commitAfterGrace(ctx context.Context) (int, string) {
 	}
 	set(true)
 	on := time.Now()
+	// While no booking was answered yet, loads of the step's own keep
+	// booking requests coming (demand).
+	var nextDemand time.Time
 	for time.Since(on) < commitLateMax {
-		if time.Since(on) >= commitLateWindow && r.countEvents(after, board.EvLateCommit) > 0 {
+		n := r.countEvents(after, board.EvLateCommit)
+		if time.Since(on) >= commitLateWindow && n > 0 {
 			break
+		}
+		if n == 0 && time.Now().After(nextDemand) {
+			r.demand(ctx)
+			nextDemand = time.Now().Add(demandEvery)
 		}
 		if !r.sleep(ctx, 200*time.Millisecond) {
 			break
@@ -847,8 +919,8 @@ func (r *runner) partition(ctx context.Context) (int, string) {
 		return 0, "no HTTP-only actor agent"
 	}
 	p := cands[r.rng.IntN(len(cands))]
-	if ok, _ := r.agentConnected(ctx, p); !ok {
-		return 0, p.name + " was not connected"
+	if why := r.awaitFree(ctx, p, time.Minute); why != "" {
+		return 0, why
 	}
 	r.mu.Lock()
 	if r.partitioned != nil || r.stopped[p] {
@@ -956,16 +1028,21 @@ func (r *runner) skewTenant() int {
 
 // checkClockSkew judges the skewed agent: it signed in on the board (its
 // TOTP codes use the panel-corrected clock, or the board would refuse codes
-// three minutes old), it claimed (CONFIRMED claims it acted on), and the
-// times it reported, corrected by the panel with the offset its pings
-// measured, agree with the board's own record of its bookings within 2 s.
-// A hit is all three.
+// three minutes old), it claimed (CONFIRMED claims of its own loads), and
+// the times it reported, corrected by the panel with the offset its pings
+// measured, agree with the board's own record of those bookings within 2 s.
+// A hit is all three. Only its own loads are judged: they are booked with
+// every board switch off, while a booking held by another step's hold is
+// recorded by the board seconds after it was sent.
 func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
 	p := r.skewAgent()
 	if p == nil {
 		return 0, "no HTTP-only actor agent"
 	}
-	own := r.skewOwnLoads(ctx, p)
+	if why := r.awaitFree(ctx, p, skewFreeWait); why != "" {
+		return 0, why
+	}
+	keys, own := r.skewOwnLoads(ctx, p)
 	signIns := 0
 	for after := int64(0); ; {
 		evs := r.board().Events(after, 1000)
@@ -979,17 +1056,17 @@ func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
 			after = e.Seq
 		}
 	}
-	booked := map[string]time.Time{}
 	client := r.tenants[p.agent.Tenant].Client
-	for _, b := range r.board().Bookings(client) {
-		if b.Account == p.agent.Name && b.Source == "http" {
-			booked[b.LoadID] = b.BookedAt
-		}
-	}
 	start := time.Now()
 	for {
+		booked := map[string]time.Time{}
+		for _, b := range r.board().Bookings(client) {
+			if b.Account == p.agent.Name && b.Source == "http" {
+				booked[b.LoadID] = b.BookedAt
+			}
+		}
 		rows, err := r.super.Query(ctx, `SELECT target_job_key, act_sent_at FROM claims
-			WHERE holder_agent = $1 AND state = 'CONFIRMED' AND act_sent_at IS NOT NULL`, p.agentID)
+			WHERE holder_agent = $1 AND state = 'CONFIRMED' AND act_sent_at IS NOT NULL AND target_job_key = ANY($2)`, p.agentID, keys)
 		checked, worst := 0, time.Duration(0)
 		if err == nil {
 			for rows.Next() {
@@ -1012,20 +1089,36 @@ func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
 			rows.Close()
 		}
 		if checked > 0 {
-			detail := fmt.Sprintf("%s (clock %s off) signed in %d time(s); %s; %d confirmed booking(s): reported act_sent_at within %s of the board's booking time (bound %s)",
+			detail := fmt.Sprintf("%s (clock %s off) signed in %d time(s); %s; %d confirmed booking(s) of its own loads: reported act_sent_at within %s of the board's booking time (bound %s)",
 				p.name, clockSkew, signIns, own, checked, worst.Round(time.Millisecond), skewTolerance)
 			if signIns == 0 || worst > skewTolerance {
 				return 0, detail
 			}
 			return 1, detail
 		}
-		if time.Since(start) > time.Minute || !r.sleep(ctx, time.Second) {
-			return 0, fmt.Sprintf("%s (clock %s off) signed in %d time(s); %s; but it has no confirmed booking to check", p.name, clockSkew, signIns, own)
+		if time.Since(start) > 10*time.Second || !r.sleep(ctx, 500*time.Millisecond) {
+			return 0, fmt.Sprintf("%s (clock %s off) signed in %d time(s); %s; but it has no confirmed booking of its own loads to check", p.name, clockSkew, signIns, own)
 		}
-		for _, b := range r.board().Bookings(client) {
-			if b.Account == p.agent.Name && b.Source == "http" {
-				booked[b.LoadID] = b.BookedAt
+	}
+}
+
+// awaitFree waits until the agent is free of other chaos — not frozen
+// (agent_stop_past_lease may have stopped it a step before), not cut off
+// (agent_panel_partition), running and connected — or the wait passed;
+// it says why not ("" when free).
+func (r *runner) awaitFree(ctx context.Context, p *proc, wait time.Duration) string {
+	start := time.Now()
+	for {
+		r.mu.Lock()
+		busy := r.stopped[p] || r.partitioned == p
+		r.mu.Unlock()
+		if !busy && p.pid() != 0 {
+			if ok, _ := r.agentConnected(ctx, p); ok {
+				return ""
 			}
+		}
+		if time.Since(start) > wait || !r.sleep(ctx, 250*time.Millisecond) {
+			return fmt.Sprintf("%s was not free of other chaos and connected within %s", p.name, wait)
 		}
 	}
 }
@@ -1039,19 +1132,23 @@ func (r *runner) checkClockSkew(ctx context.Context) (int, string) {
 // anything the board's publisher draws), so only the skewed agent's
 // tenant wants them, and pauses that tenant's other actor agents (the
 // operators' per-agent pause, audited) until the skewed agent has
-// confirmed one of them or skewOwnWait has passed, then resumes them.
+// confirmed one of them or skewOwnWait has passed (another batch every
+// skewBatchEvery meanwhile), then resumes them.
 const (
 	skewLoads   = 3
 	skewLoadUSD = 25 // for 150–2,350 miles: at most 17 cents a mile
 	// otherTenantsMinRate is the other tenants' filter floor in cents a
 	// mile; the board's publisher draws $1.60–3.40 a mile.
 	otherTenantsMinRate = 100
-	skewOwnWait         = 90 * time.Second
+	skewOwnWait         = 2 * time.Minute
+	skewBatchEvery      = 30 * time.Second
+	skewFreeWait        = 2 * time.Minute
 )
 
 // skewOwnLoads publishes the skewed agent's own loads and waits until it
-// confirmed one (or skewOwnWait passed); it says what it did.
-func (r *runner) skewOwnLoads(ctx context.Context, p *proc) string {
+// confirmed one (or skewOwnWait passed); it returns their keys and says
+// what it did.
+func (r *runner) skewOwnLoads(ctx context.Context, p *proc) ([]string, string) {
 	tenant := r.tenantIDs[p.agent.Tenant]
 	by := audit.Entry{Actor: "loadtest"}
 	var paused []*proc
@@ -1072,31 +1169,35 @@ func (r *runner) skewOwnLoads(ctx context.Context, p *proc) string {
 		}
 	}()
 	if len(paused) > 0 && !r.sleep(ctx, 2*time.Second) { // the pause reaches them
-		return "stopped"
+		return nil, "stopped"
 	}
-	specs := make([]board.LoadSpec, skewLoads)
-	for i := range specs {
-		specs[i].RateUSD = skewLoadUSD
-	}
-	loads, err := r.board().Publish(ctx, skewLoads, specs)
-	if err != nil {
-		return fmt.Sprintf("its own loads were not published: %v", err)
-	}
-	keys := make([]string, len(loads))
-	for i, l := range loads {
-		keys[i] = l.ID
-	}
+	var keys []string
 	start := time.Now()
+	var nextBatch time.Time
 	for {
+		if time.Now().After(nextBatch) {
+			specs := make([]board.LoadSpec, skewLoads)
+			for i := range specs {
+				specs[i].RateUSD = skewLoadUSD
+			}
+			loads, err := r.board().Publish(ctx, skewLoads, specs)
+			if err != nil {
+				r.note("%s: publishing its own loads: %v", KindClockSkew, err)
+			}
+			for _, l := range loads {
+				keys = append(keys, l.ID)
+			}
+			nextBatch = time.Now().Add(skewBatchEvery)
+		}
 		var n int
 		err := r.super.QueryRow(ctx, `SELECT count(*) FROM claims WHERE holder_agent = $1 AND state = 'CONFIRMED' AND target_job_key = ANY($2)`,
 			p.agentID, keys).Scan(&n)
 		if err == nil && n > 0 {
-			return fmt.Sprintf("%d own load(s) published (%d other actor agent(s) of its tenant paused meanwhile), %d confirmed by it after %s",
+			return keys, fmt.Sprintf("%d own load(s) published (%d other actor agent(s) of its tenant paused meanwhile), %d confirmed by it after %s",
 				len(keys), len(paused), n, time.Since(start).Round(100*time.Millisecond))
 		}
 		if time.Since(start) > skewOwnWait || !r.sleep(ctx, 500*time.Millisecond) {
-			return fmt.Sprintf("%d own load(s) published (%d other actor agent(s) of its tenant paused meanwhile), none confirmed by it within %s",
+			return keys, fmt.Sprintf("%d own load(s) published (%d other actor agent(s) of its tenant paused meanwhile), none confirmed by it within %s",
 				len(keys), len(paused), skewOwnWait)
 		}
 	}
