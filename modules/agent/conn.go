@@ -315,6 +315,8 @@ var withheldAdvice = map[string]string{
 	wire.WithheldKeyMismatch: "this agent's installation key is not the one the panel pinned at its first welcome (a new or reset state dir): " +
 		"an admin accepts this installation with \"New token\" and \"new installation\" on the fleet page, or `fleetwright admin issue-token --new-installation`",
 	wire.WithheldNoKey: "the agent sent no installation key",
+	wire.WithheldOtherBoard: "they were sealed for another board than the account's board now: nothing is sent to the new board; " +
+		"an admin enters the account's credentials again for it (Board and client, on the fleet page)",
 }
 
 // takeCredentials stores credentials from a welcome or a rotate_credentials

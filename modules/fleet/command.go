@@ -175,7 +175,7 @@ func (s *Store) Message(ctx context.Context, a Agent, c Command) (wire.Message, 
 		// fleet's: while either holds, the agent gets its configuration
 		// with the pause that still applies.
 		cfg, _, err := s.Welcome(ctx, a)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrSealedElsewhere) {
 			return nil, err
 		}
 		if cfg.Paused {
@@ -188,7 +188,9 @@ func (s *Store) Message(ctx context.Context, a Agent, c Command) (wire.Message, 
 		return wire.Retire{CommandID: c.ID, Reason: c.Body.Reason}, nil
 	case CmdRotateCredentials, CmdConfigure:
 		cfg, creds, err := s.Welcome(ctx, a)
-		if err != nil {
+		// A configuration needs no credentials; a rotation without them
+		// fails, saying why.
+		if err != nil && (c.Kind != CmdConfigure || !errors.Is(err, ErrSealedElsewhere)) {
 			return nil, err
 		}
 		if c.Kind == CmdConfigure {

@@ -503,7 +503,10 @@ func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credent
 		// Sealed before credentials were bound to their board: those open
 		// as they were, and are bound when the board next changes.
 		if pt, err = s.vault.Open(box, "account:"+a.AccountID); err != nil {
-			return cfg, creds, fmt.Errorf("fleet: welcome: the credentials do not open for %s (they are sealed to another board: enter them again): %w", BoardOrigin(cfg.Account.BoardURL), err)
+			// The agent is still welcomed (it can be seen, paused and
+			// retired); the credentials are withheld with the reason.
+			return cfg, wire.Credentials{Username: creds.Username}, fmt.Errorf("%w: the credentials do not open for %s (they are sealed to another board: an admin enters them again for this one): %v",
+				ErrSealedElsewhere, BoardOrigin(cfg.Account.BoardURL), err)
 		}
 	}
 	var sec sealedSecrets
@@ -514,6 +517,11 @@ func (s *Store) Welcome(ctx context.Context, a Agent) (wire.Config, wire.Credent
 	creds.Password, creds.TOTPSecret = wire.NewSecret(sec.Password), wire.NewSecret(sec.TOTPSecret)
 	return cfg, creds, nil
 }
+
+// ErrSealedElsewhere is Welcome's error when the account's credentials
+// were sealed for another board than its row names: the configuration is
+// complete, the credentials are not.
+var ErrSealedElsewhere = errors.New("fleet: welcome: credentials sealed for another board")
 
 // Connected records that an agent connected to this replica and returns
 // the row's connected_at, which names this connection for Disconnected.

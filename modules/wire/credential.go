@@ -35,6 +35,11 @@ const (
 	// WithheldNoKey: the agent sent no installation key (it speaks a protocol
 	// before v4, or its hello was built by something else than an agent).
 	WithheldNoKey = "no_installation_key"
+	// WithheldOtherBoard: the account's credentials are sealed for another
+	// board than the one its row names now (the board was changed without
+	// the credentials being entered again): they are opened for no board
+	// but their own, and an admin enters them for the new one (v5).
+	WithheldOtherBoard = "sealed_for_another_board"
 )
 
 // SealedCredentials is Credentials sealed to one agent's installation key:

@@ -207,6 +207,13 @@ func (c *conn) handshake(ctx context.Context) bool {
 		}
 	}
 	cfg, creds, err := g.store.Welcome(ctx, a)
+	withhold := ""
+	if errors.Is(err, fleet.ErrSealedElsewhere) {
+		// Welcomed all the same, without the credentials: the agent stays
+		// in sight and under control, and says why it signs in nowhere.
+		g.log.Warn("agent welcomed without credentials", "agent", a.ID, "tenant", a.Tenant, "err", err)
+		withhold, err = wire.WithheldOtherBoard, nil
+	}
 	if err != nil {
 		g.log.Error("agent welcome failed", "agent", a.ID, "err", err)
 		_ = c.ws.Close(websocket.StatusTryAgainLater, "panel error")
@@ -227,7 +234,7 @@ func (c *conn) handshake(ctx context.Context) bool {
 			return false
 		}
 	}
-	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds)
+	w.SealedCredentials, w.CredentialsWithheld = c.protect(ctx, creds, withhold)
 	if w.SealedCredentials != nil {
 		// v5: the origins the credentials were sealed for; the agent sends
 		// them nowhere else (ForVersion drops the field for a v4 agent).
@@ -327,7 +334,7 @@ func (c *conn) deliver(ctx context.Context) {
 			continue
 		}
 		if rc, ok := m.(wire.RotateCredentials); ok {
-			rc.Sealed, rc.Withheld = c.protect(ctx, rc.Credentials)
+			rc.Sealed, rc.Withheld = c.protect(ctx, rc.Credentials, "")
 			if rc.Sealed != nil {
 				// v5: where the agent may send them (dropped for v4 by ForVersion).
 				rc.Origins = rc.Credentials.Origins

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetwright/fleetwright/app/db"
@@ -225,4 +226,41 @@ func TestCredentialsNeverOverCleartext(t *testing.T) {
 	// A local agent on loopback with no proxy in between.
 	w, _ = helloAs(t, untrusted, hello, wire.Current, nil)
 	require.NotNil(t, w.SealedCredentials)
+}
+
+// TestABoardChangedBehindTheConsoleWithholdsCredentials: an account's board
+// is changed in its row without its credentials being entered again (a row
+// edited behind the console's back). The agent is still welcomed — it stays
+// in sight, pausable and retirable — with the new board in its
+// configuration and the credentials withheld, saying why: the panel opens
+// them for no board but the one they were entered for.
+func TestABoardChangedBehindTheConsoleWithholdsCredentials(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	url := b.gateway(t, gateway.Config{})
+	id, token := b.agent(t, "acct-m")
+	key, pub := newKey(t)
+	hello := wire.Hello{Token: wire.NewSecret(token), InstallKey: pub}
+	w, _ := helloAs(t, url, hello, wire.Current, nil)
+	require.NotNil(t, w.SealedCredentials, "sealed for the board they were entered for")
+	_, err := w.SealedCredentials.Open(key, id)
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://127.0.0.1:1"}, w.CredentialOrigins)
+
+	const elsewhere = "http://127.0.0.6:9995"
+	require.NoError(t, db.InTenant(ctx, b.db.App, b.tenant, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE accounts SET board_url = $2 WHERE id = (SELECT account_id FROM agents WHERE id = $1)`, id, elsewhere)
+		return err
+	}))
+	w, raw := helloAs(t, url, hello, wire.Current, nil)
+	noSecrets(t, w, raw, "acct-m")
+	require.Nil(t, w.SealedCredentials)
+	require.Empty(t, w.CredentialOrigins)
+	require.Equal(t, wire.WithheldOtherBoard, w.CredentialsWithheld)
+	require.Equal(t, elsewhere, w.Config.Account.BoardURL, "the agent is configured all the same")
+	var msg string
+	require.NoError(t, db.TenantRow(ctx, b.db.App, b.tenant,
+		`SELECT message FROM agent_events WHERE agent_id = $1 AND kind = 'credentials_withheld' ORDER BY at DESC LIMIT 1`, id).Scan(&msg))
+	require.Contains(t, msg, "sealed for another board")
+	require.Contains(t, msg, "an admin enters the account's credentials")
 }
