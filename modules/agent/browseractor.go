@@ -147,18 +147,8 @@ func runBrowserActor(ctx context.Context, h *supervisor.Handle, env WorkerEnv) e
 			cur = nil
 			mu.Unlock()
 		}()
-		var err error
-		if parseURL(pageURL(ps)).Path != parseURL(bside.JobsURL()).Path {
-			// A booking by form POST left the jobs view for the page its
-			// answer led to: back first, or no control is there to click.
-			if err = ps.open(actx); err != nil {
-				act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "could not open the jobs view: " + err.Error()})
-			}
-		}
-		if err == nil {
-			if err := bside.ClickBook(actx, ps.page, key); err != nil {
-				act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "could not click: " + err.Error()})
-			}
+		if err := bside.ClickBook(actx, ps.page, key); err != nil {
+			act.finish(platform.BookResult{Result: wire.ResultNotSent, Detail: "could not click: " + err.Error()})
 		}
 		var r platform.BookResult
 		select {

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/go-rod/rod"
 	"github.com/go-rod/rod/lib/proto"
@@ -68,11 +66,6 @@ func bookOnce(page *rod.Page, tr *platform.Transport, t traits.Traits, bside pla
 				req.Header.Set(hn, act.idemKey)
 			}
 		}}
-	flow, _ := bside.(platform.BookFlow)
-	if flow != nil {
-		// A platform that takes the booking key in the form gets it there.
-		body = flow.WithBookingKey(body, contentType(e.Request), act.idemKey)
-	}
 	ans, err := once.Do(platform.WithGate(act.ctx, gate), e.Request, body)
 	act.mu.Lock()
 	sent, sentAt := act.sent, act.sentAt
@@ -97,59 +90,20 @@ func bookOnce(page *rod.Page, tr *platform.Transport, t traits.Traits, bside pla
 			return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt, Detail: "no answer: " + platform.ShortErr(oe.Err)}
 		}
 	}
+	r := bside.ParseBookResponse(ans.Status, ans.Header, ans.Body)
+	r.SentAt = sentAt
+	if r.Result == wire.ResultConfirmed {
+		r.ConfirmedAt = clk.Now()
+	}
 	// The page gets the answer as if its own request had received it:
 	// cookies the platform set are stored in the browser first.
 	cookies, fulfil := ans.Fulfil()
 	if len(cookies) > 0 {
 		_ = proto.NetworkSetCookies{Cookies: cookies}.Call(page)
 	}
-	read, at := ans, parseURL(e.Request.URL)
-	if flow != nil {
-		next, err := flow.BookRedirect(at, ans.Status, ans.Header)
-		if err == nil && next != nil {
-			at = next
-			// The booking left; the page its answer leads to is read once
-			// with a GET. Whatever goes wrong on the way is UNKNOWN.
-			get := browser.Once{Send: tr.RoundTrip, MaxAnswer: maxBookAnswer, Cookie: once.Cookie,
-				Prepare: func(req *http.Request) {
-					req.Header.Set("Accept", pageAccept)
-					addBrowserHeaders(req, t)
-				}}
-			read, err = get.Do(act.ctx, &proto.NetworkRequest{Method: http.MethodGet, URL: next.String()}, nil)
-		}
-		if err != nil {
-			fulfil.RequestID = e.RequestID
-			_ = fulfil.Call(page)
-			return platform.BookResult{Result: wire.ResultUnknown, SentAt: sentAt,
-				Detail: fmt.Sprintf("HTTP %d: the page it leads to was not read: %s", ans.Status, platform.ShortErr(err))}
-		}
-	}
-	var r platform.BookResult
-	if flow != nil {
-		r = flow.ParseBookAnswer(at, read.Status, read.Header, read.Body)
-	} else {
-		r = bside.ParseBookResponse(read.Status, read.Header, read.Body)
-	}
-	r.SentAt = sentAt
-	if r.Result == wire.ResultConfirmed {
-		r.ConfirmedAt = clk.Now()
-	}
 	fulfil.RequestID = e.RequestID
 	_ = fulfil.Call(page)
 	return r
-}
-
-// pageAccept is a browser's Accept for a page.
-const pageAccept = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-
-// contentType is a paused request's Content-Type header.
-func contentType(r *proto.NetworkRequest) string {
-	for k, v := range r.Headers {
-		if strings.EqualFold(k, "Content-Type") {
-			return v.Str()
-		}
-	}
-	return ""
 }
 
 // addBrowserHeaders adds what Chromium adds below interception, as the

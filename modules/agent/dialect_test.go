@@ -24,7 +24,8 @@ import (
 // agentDialect is a dialect of the sandbox board and the adapter the
 // agent's HTTP actor books through on it: the built-in sandbox adapter on
 // the classic one, the engine over examples/platforms/haulbridge.yaml on
-// the html one (named by the worker's platform setting).
+// the html one (named by the worker's platform setting). The browser
+// workers drive the classic pages only, so these tests run HTTP actors.
 type agentDialect struct {
 	name     string
 	platform string
@@ -137,77 +138,6 @@ func TestHTTPActorOnBothDialects(t *testing.T) {
 			e := p.event(t, "needs_person", 10*time.Second)
 			require.Equal(t, "captcha", e.Fields["reason"])
 			require.Len(t, s.Bookings("acme"), 3, "the captcha booked nothing")
-			require.Zero(t, s.Stats().DuplicateConfirmations)
-			stop()
-			noSecrets(t, logs, creds, stateDir)
-		})
-	}
-}
-
-// On both dialects the browser workers drive the board's own pages: the
-// watcher reads the page's jobs answers through CDP (published_at the
-// board's), the browser actor clicks a job's control and books it with
-// the job's booking key — on the html dialect a form POST answered 303,
-// read on the confirmation page it leads to, the key added as the form's
-// request_token — goes back to the jobs view and books the next, and
-// stops for a person at a captcha, booking nothing.
-func TestBrowserWorkersOnBothDialects(t *testing.T) {
-	for _, d := range agentDialects(t) {
-		t.Run(d.name, func(t *testing.T) {
-			ctx := context.Background()
-			s, creds := boardAccount(t, d.board, func(c *board.Config) { c.IdempotencyKeys = true })
-			watcher := d.worker(wire.WorkerSpec{Name: "w1", Kind: KindWatcher})
-			actor := d.worker(wire.WorkerSpec{Name: "b1", Kind: KindActor})
-			p := newClaimPanel(t, s.URL(), creds, watcher, actor)
-			workers, err := json.Marshal([]wire.WorkerSpec{watcher, actor})
-			require.NoError(t, err)
-			require.NoError(t, db.InTenant(ctx, p.db.App, p.tenant, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `INSERT INTO accounts (tenant_id, account_key, board_url, username, client, secret_box, workers)
-					VALUES ($1, 'acme-1', $2, 'acme-1', 'acme', '\x00', $3)`, p.tenant, s.URL(), workers)
-				return err
-			}))
-			require.NoError(t, p.claims.SetHonoursIdempotency(ctx, audit.Entry{Actor: "admin"}, p.tenant, d.platform, true))
-			stateDir := filepath.Join(t.TempDir(), "state")
-			stop, logs := runAgentWith(t, p, stateDir, d.agent)
-			p.waitConnected(t)
-			p.event(t, "session_refreshed", signInWait)
-
-			loads, err := s.Publish(ctx, 3, nil)
-			require.NoError(t, err)
-			want := map[string]*board.Load{}
-			for _, l := range loads {
-				want[l.ID] = l
-			}
-			for id, sg := range collect(t, p, want, 30*time.Second) {
-				// The html dialect writes milliseconds.
-				require.WithinDuration(t, want[id].PublishedAt, sg.Job.PublishedAt, time.Millisecond, "published_at is the board's")
-				require.Equal(t, want[id].Equipment, sg.Job.Equipment)
-			}
-
-			for i, l := range loads[:2] {
-				p.offer(t, l)
-				o := p.outcome(t, 30*time.Second)
-				require.Equal(t, l.ID, o.Key)
-				require.Equal(t, wire.ResultConfirmed, o.Result, o.Detail)
-				bk := s.Bookings("acme")
-				require.Len(t, bk, i+1)
-				require.Equal(t, l.ID, bk[i].LoadID)
-				var bookingKey string
-				require.NoError(t, db.TenantRow(ctx, p.db.App, p.tenant, `SELECT booking_key::text FROM claim_jobs WHERE job_key = $1`, l.ID).Scan(&bookingKey))
-				require.Equal(t, bookingKey, bk[i].IdempotencyKey, "the page's request carried the job's booking key")
-			}
-			require.EqualValues(t, 2, s.Stats().BookingRequests, "one request per booking")
-
-			ch := s.Chaos()
-			ch.CaptchaRate = 1
-			require.NoError(t, s.SetChaos(ch))
-			p.offer(t, loads[2])
-			o := p.outcome(t, 30*time.Second)
-			require.Equal(t, wire.ResultUnknown, o.Result)
-			require.Contains(t, o.Detail, "captcha")
-			e := p.event(t, "needs_person", time.Minute)
-			require.Equal(t, "captcha", e.Fields["reason"])
-			require.Len(t, s.Bookings("acme"), 2, "the captcha booked nothing")
 			require.Zero(t, s.Stats().DuplicateConfirmations)
 			stop()
 			noSecrets(t, logs, creds, stateDir)

@@ -47,16 +47,6 @@ var attentionSQL = []string{
 	 ORDER BY ag.name`,
 	// The tenant's claims switch.
 	`SELECT paused, paused_at, COALESCE(paused_by, '') FROM tenants WHERE id = app_tenant()`,
-	// Workers refused their platform: a worker whose newest event, among
-	// its agent's last ten (the fleet page's window), is platform_refused.
-	// A new spec starts it again, and its next event replaces that one.
-	`SELECT ag.id::text, ag.name, e.worker, COALESCE(e.fields->>'reason', ''), COALESCE(e.fields->>'platform', '') FROM agents ag
-	 CROSS JOIN LATERAL (SELECT DISTINCT ON (worker) worker, kind, fields FROM (
-	       SELECT id, worker, kind, fields FROM agent_events ev
-	       WHERE ev.tenant_id = app_tenant() AND ev.agent_id = ag.id ORDER BY id DESC LIMIT 10) last
-	     WHERE worker <> '' ORDER BY worker, id DESC) e
-	 WHERE ag.retired_at IS NULL AND e.kind = 'platform_refused'
-	 ORDER BY ag.name, e.worker`,
 }
 
 type offlineAgent struct {
@@ -71,10 +61,6 @@ type openAlarm struct {
 
 type approval struct{ AgentID, Agent, Goal, What string }
 
-// refusedWorker is a worker that claims nothing because its account's
-// platform cannot be built from its spec.
-type refusedWorker struct{ AgentID, Agent, Worker, Reason, Platform string }
-
 // tenantAttention is what one tenant's batch read.
 type tenantAttention struct {
 	Offline      []offlineAgent
@@ -85,7 +71,6 @@ type tenantAttention struct {
 	ClaimsPaused bool
 	PausedAt     *time.Time
 	PausedBy     string
-	Refused      []refusedWorker
 }
 
 func readTenantAttention(ctx context.Context, src Sources, tenantID string, now time.Time) (tenantAttention, error) {
@@ -135,15 +120,6 @@ func readTenantAttention(ctx context.Context, src Sources, tenantID string, now 
 	if err := br.QueryRow().Scan(&ta.ClaimsPaused, &ta.PausedAt, &ta.PausedBy); err != nil && err != pgx.ErrNoRows {
 		return ta, err
 	}
-	rows, _ = br.Query()
-	rf, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (refusedWorker, error) {
-		var w refusedWorker
-		return w, r.Scan(&w.AgentID, &w.Agent, &w.Worker, &w.Reason, &w.Platform)
-	})
-	if err != nil {
-		return ta, err
-	}
-	ta.Refused = rf
 	return ta, nil
 }
 
@@ -200,22 +176,7 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 		for _, o := range ta.Offline {
 			offline[o.ID] = true
 		}
-		// A refused worker stops as needs-person, which the health sweep
-		// reports as a spent restart budget: its own line says why instead.
-		refused := make(map[string]bool, len(ta.Refused))
-		for _, w := range ta.Refused {
-			refused[w.AgentID+"/"+w.Worker] = true
-			text := "Worker " + w.Worker + " on " + w.Agent + " claims nothing: its account's platform"
-			if w.Platform != "" {
-				text += " (" + w.Platform + ")"
-			}
-			text += " cannot be built from its spec"
-			if w.Reason != "" {
-				text += ": " + w.Reason
-			}
-			add("bad", name, text, base+"/fleet")
-		}
-		addAlarms(add, name, t.Slug, ta.Alarms, cellsKnown, offline, refused)
+		addAlarms(add, name, t.Slug, ta.Alarms, cellsKnown, offline)
 		if ta.Reviews > 0 {
 			text := fmt.Sprintf("%d load(s) wait for your review before they are claimed", ta.Reviews)
 			if ta.ReviewsSince != nil {
@@ -242,7 +203,7 @@ func BuildAttention(ctx context.Context, src Sources, tenants []auth.Tenant, sys
 				}
 				sys = append(sys, openAlarm{ID: o.ID, Kind: o.Kind, Key: o.Key, Severity: string(o.Severity), Summary: o.Summary, Link: o.Link})
 			}
-			addAlarms(add, "", "system", sys, cellsKnown, nil, nil)
+			addAlarms(add, "", "system", sys, cellsKnown, nil)
 		}
 	}
 	sort.SliceStable(a.Items, func(i, j int) bool { return sevRank(a.Items[i].Severity) < sevRank(a.Items[j].Severity) })
@@ -283,10 +244,8 @@ func addOffline(add func(sev, tenant, text, href string), name, base string, off
 // addAlarms adds one line per alarm kind: the alarm's own summary when it
 // is the only one of its kind, else the kind in words and how many. An
 // agent.offline alarm of an agent the strip already names as offline
-// (offline, by agent id) adds nothing: the agent's own line says it; nor
-// does a worker.crash_loop alarm of a worker refused its platform (refused,
-// by agent id/worker).
-func addAlarms(add func(sev, tenant, text, href string), name, slug string, list []openAlarm, cellsKnown bool, offline, refused map[string]bool) {
+// (offline, by agent id) adds nothing: the agent's own line says it.
+func addAlarms(add func(sev, tenant, text, href string), name, slug string, list []openAlarm, cellsKnown bool, offline map[string]bool) {
 	type group struct {
 		kind  string
 		sev   string
@@ -299,9 +258,6 @@ func addAlarms(add func(sev, tenant, text, href string), name, slug string, list
 			continue // the cells' own state says it (above)
 		}
 		if o.Kind == "agent.offline" && offline[o.Key] {
-			continue
-		}
-		if o.Kind == "worker.crash_loop" && refused[o.Key] {
 			continue
 		}
 		g := by[o.Kind]

@@ -85,8 +85,7 @@ type EventView struct {
 }
 
 // NeedsPerson is a worker stopped on something only a person may do (a
-// captcha, a platform spec it cannot build): shown at the top of the fleet
-// page with its screenshot.
+// captcha): shown at the top of the fleet page with its screenshot.
 type NeedsPerson struct {
 	AgentID, Agent string
 	Event          EventView
@@ -201,9 +200,8 @@ func (s *Store) List(ctx context.Context, tenant string) (Fleet, error) {
 			}
 			if a := byID[id]; a != nil {
 				// The newest event per worker decides: a worker that needs
-				// a person until it is restarted (or reports otherwise); a
-				// worker refused its platform waits for a new spec.
-				if (e.Kind == "needs_person" || e.Kind == "worker_needs_person" || e.Kind == "platform_refused") && !a.Retired && !a.sawWorker(e.Worker) {
+				// a person until it is restarted (or reports otherwise).
+				if (e.Kind == "needs_person" || e.Kind == "worker_needs_person") && !a.Retired && !a.sawWorker(e.Worker) {
 					f.NeedsPerson = append(f.NeedsPerson, NeedsPerson{AgentID: a.ID, Agent: a.Name, Event: e})
 				}
 				a.Events = append(a.Events, e)

@@ -248,26 +248,6 @@ type Browser interface {
 	Bookings(ctx context.Context, page *rod.Page, cursor string) (Bookings, error)
 }
 
-// BookFlow is implemented by a browser side whose booking request carries
-// the booking key in its body, or whose booking answer is a redirect to the
-// page that carries the result (a form POST answered 303 to a confirmation
-// page). The browser actor adds the key before the request leaves, and reads
-// the result from the page the redirect leads to, fetched once with a GET;
-// the page itself gets the redirect and follows it.
-type BookFlow interface {
-	// WithBookingKey is the page's booking request body with the booking
-	// key added (the body as it was when the platform takes none there).
-	WithBookingKey(body []byte, contentType, key string) []byte
-	// BookRedirect is where a booking answer leads when its result is read
-	// on the page it redirects to (nil: the answer itself is read). A
-	// redirect off the platform is an error: the result is UNKNOWN.
-	BookRedirect(reqURL *url.URL, status int, header http.Header) (*url.URL, error)
-	// ParseBookAnswer maps the booking answer read at u (the request's
-	// URL, or the page a redirect led to) to a result: rules on the
-	// answer's path (a captcha page, the sign-in page) read it.
-	ParseBookAnswer(u *url.URL, status int, header http.Header, body []byte) BookResult
-}
-
 // ServerTimer is implemented by a browser side whose jobs responses carry
 // the platform's own clock in the body, finer than the Date header every
 // HTTP answer has. Watchers read the platform's clock offset from it, so the

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +39,6 @@ type browserSide struct{ a *Adapter }
 var (
 	_ platform.Browser     = (*browserSide)(nil)
 	_ platform.ServerTimer = (*browserSide)(nil)
-	_ platform.BookFlow    = (*browserSide)(nil)
 )
 
 // pageSide is the compiled browser section.
@@ -694,61 +692,6 @@ func (b *browserSide) BookRequestKey(u *url.URL, body []byte) string {
 	return ""
 }
 
-// WithBookingKey implements platform.BookFlow: the booking key as the form
-// field browser.booking.booking_key names (set, replacing one the page
-// sent); without one, or on a body that is not a form, the body as it was.
-func (b *browserSide) WithBookingKey(body []byte, contentType, key string) []byte {
-	bk := b.a.s.Browser
-	if bk == nil || bk.Booking.BookingKey == nil || bk.Booking.BookingKey.Form == "" || key == "" {
-		return body
-	}
-	if ct, _, _ := strings.Cut(contentType, ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/x-www-form-urlencoded") {
-		return body
-	}
-	q, err := url.ParseQuery(string(body))
-	if err != nil {
-		return body
-	}
-	name := bk.Booking.BookingKey.Form
-	if q.Has(name) {
-		q.Set(name, key)
-		return []byte(q.Encode())
-	}
-	// Appended: the page's own fields keep their order.
-	out := string(body)
-	if out != "" {
-		out += "&"
-	}
-	return []byte(out + url.QueryEscape(name) + "=" + url.QueryEscape(key))
-}
-
-// BookRedirect implements platform.BookFlow: with booking.follow_redirects,
-// a 301, 302 or 303 answer leads to the page that carries the result,
-// within the platform's origins (a 307 or 308 would repeat the POST: never
-// followed).
-func (b *browserSide) BookRedirect(reqURL *url.URL, status int, header http.Header) (*url.URL, error) {
-	if !b.a.s.Booking.FollowRedirects || !isSeeOther(status) {
-		return nil, nil
-	}
-	loc := header.Get("Location")
-	if loc == "" {
-		return nil, errors.New("engine: the booking's redirect names no Location")
-	}
-	u, err := url.Parse(loc)
-	if err != nil {
-		return nil, errors.New("engine: the booking redirect's Location does not parse")
-	}
-	if reqURL != nil {
-		u = reqURL.ResolveReference(u)
-	} else {
-		u = b.a.base.ResolveReference(u)
-	}
-	if err := b.a.allowed(u); err != nil {
-		return nil, fmt.Errorf("engine: the booking's redirect: %w", err)
-	}
-	return u, nil
-}
-
 // IdempotencyHeader implements platform.Browser.
 func (b *browserSide) IdempotencyHeader() string { return b.a.s.Booking.IdempotencyHeader }
 
@@ -777,17 +720,11 @@ func (b *browserSide) ClickBook(ctx context.Context, page *rod.Page, key string)
 // ParseBookResponse implements platform.Browser: the booking's result
 // rules, as over HTTP.
 func (b *browserSide) ParseBookResponse(status int, header http.Header, body []byte) platform.BookResult {
-	return b.ParseBookAnswer(nil, status, header, body)
-}
-
-// ParseBookAnswer implements platform.BookFlow: the booking's result rules
-// over an answer read at u.
-func (b *browserSide) ParseBookAnswer(u *url.URL, status int, header http.Header, body []byte) platform.BookResult {
 	if header == nil {
 		header = http.Header{}
 	}
 	d := data{spec.VarBase: b.a.base.String()}
-	ans := &answer{status: status, url: u, header: header, body: body}
+	ans := &answer{status: status, header: header, body: body}
 	r := b.a.readBook(ans, d)
 	if !r.SignedOut && r.Result == wire.ResultUnknown && r.Detail == noRule(status) {
 		for _, c := range b.a.signedOut {
@@ -866,11 +803,6 @@ func (b *browserSide) Bookings(ctx context.Context, page *rod.Page, cursor strin
 		}
 	}
 	d := data{spec.VarBase: a.base.String(), spec.VarVars: vars, spec.VarCursor: w.pos, spec.VarPage: w.page}
-	if pg := a.bookings.paging; pg.Kind == spec.PageOffset {
-		// As over HTTP: the offset is where the walk stands.
-		start, _ := strconv.ParseInt(pg.Start, 10, 64)
-		d[spec.VarOffset] = start + w.seen
-	}
 	r := a.bookings.req
 	var u *url.URL
 	if w.link != "" {

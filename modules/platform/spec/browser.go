@@ -124,18 +124,6 @@ type PageBooking struct {
 	Request RequestMatch `yaml:"request"`
 	// Key says where that request carries the job's key.
 	Key KeyAt `yaml:"key"`
-	// BookingKey, when set, is where the actor adds the booking key to
-	// the page's booking request, for a platform that takes it in the
-	// request's form body (a page's form has no such field of its own);
-	// booking.idempotency_header, when set, carries it as a header too.
-	BookingKey *BookingKeyAt `yaml:"booking_key"`
-}
-
-// BookingKeyAt is where the page's booking request gets the booking key:
-// Form names the form field (the body must be
-// application/x-www-form-urlencoded).
-type BookingKeyAt struct {
-	Form string `yaml:"form"`
 }
 
 // KeyAt is where a request carries the job's key: exactly one of JSON (a

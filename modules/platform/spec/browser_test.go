@@ -51,7 +51,6 @@ func TestBrowserErrorsNameFieldAndLine(t *testing.T) {
 		{"code_reused outside the code step", "        success: {url_path: /login/totp}\n", "        success: {url_path: /login/totp}\n        code_reused: {url_path: /x}\n", "browser.sign_in.steps[0].code_reused", "code_reused: {url_path: /x}", "only a one_time_code step"},
 		{"page path without slash", "      - url_path: /captcha", "      - url_path: captcha", "browser.page.captcha[0].url_path", "url_path: captcha", "a path starts with /"},
 		{"text match two tests", "text: {selector: p.err, contains: already used}", "text: {selector: p.err, contains: already used, equals: x}", "browser.sign_in.steps[1].code_reused.text", "code_reused: {url_path: /login/totp, text", "say one of equals, contains, matches or exists"},
-		{"booking_key without its field", "    key: {json: load_id}\n", "    key: {json: load_id}\n    booking_key: {}\n", "browser.booking.booking_key.form", "booking_key: {}", "missing; name the form field"},
 		{"jobs without url", "    url: /loads\n", "", "browser.jobs.url", "  jobs:\n    responses", "missing; give the jobs view"},
 		{"jobs without responses", "    responses:\n      - {method: GET, url: /api/loads}\n", "", "browser.jobs.responses", "  jobs:\n    url: /loads", "missing; say which of the page's requests"},
 		{"response url with a query", "url: /api/loads}", "url: \"/api/loads?after=1\"}", "browser.jobs.responses[0].url", "url: \"/api/loads?after", "leave the query out"},

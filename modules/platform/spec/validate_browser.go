@@ -95,9 +95,6 @@ func (v *validator) browser(s *Spec) {
 	}
 	v.requestMatch("browser.booking.request", &bk.Request, http.MethodPost, base)
 	v.keyAt("browser.booking.key", &bk.Key)
-	if bk.BookingKey != nil && bk.BookingKey.Form == "" {
-		v.add("browser.booking.booking_key.form", "missing; name the form field that carries the booking key, or drop booking_key")
-	}
 
 	ps := &b.Page
 	if len(ps.SignedOut) == 0 {
