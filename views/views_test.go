@@ -43,12 +43,16 @@ func TestErrorPage(t *testing.T) {
 // "15m0s"; absolute times carry their zone.
 func TestWordsForTimesAndDurations(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		45 * time.Second:             "45 s",
-		15 * time.Minute:             "15 min",
-		2*time.Hour + 5*time.Minute:  "2 h 5 min",
-		12 * time.Hour:               "12 h",
-		3*24*time.Hour + 4*time.Hour: "3 d 4 h",
-		-time.Second:                 "0 s",
+		45 * time.Second:                "45 s",
+		15 * time.Minute:                "15 min",
+		2 * time.Minute:                 "2 min",
+		90 * time.Second:                "1 min 30 s",
+		4*time.Minute + 59*time.Second:  "4 min 59 s",
+		12*time.Minute + 30*time.Second: "12 min",
+		2*time.Hour + 5*time.Minute:     "2 h 5 min",
+		12 * time.Hour:                  "12 h",
+		3*24*time.Hour + 4*time.Hour:    "3 d 4 h",
+		-time.Second:                    "0 s",
 	} {
 		require.Equal(t, want, Duration(d), d.String())
 	}

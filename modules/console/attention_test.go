@@ -107,7 +107,7 @@ func TestAttentionStripNamesWhatNeedsAPerson(t *testing.T) {
 		return err
 	}))
 	_, err := alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "worker.hung", Key: live + "/watcher-1", Tenant: acme.ID, Severity: alarm.Critical,
-		Summary: "watcher-1 on north-1 is hung: alive with work, nothing completed for 2m0s", Link: "/t/acme/fleet"})
+		Summary: "watcher-1 on north-1 is hung: alive with work, nothing completed for 2 min", Link: "/t/acme/fleet"})
 	require.NoError(t, err)
 	for _, job := range []string{"j1", "j2"} {
 		_, err = alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "crawl.zero_results", Key: job, Tenant: acme.ID, Severity: alarm.Warning,

@@ -44,6 +44,7 @@ import (
 
 	"github.com/fleetwright/fleetwright/app/clock"
 	"github.com/fleetwright/fleetwright/app/db"
+	"github.com/fleetwright/fleetwright/app/page"
 	"github.com/fleetwright/fleetwright/modules/alarm"
 	"github.com/fleetwright/fleetwright/modules/cell"
 	"github.com/fleetwright/fleetwright/modules/wire"
@@ -330,7 +331,7 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 			}
 			if n := recent[[2]string{a.id, ""}]; n >= CrashLoopRestarts {
 				add(alarm.Alarm{Kind: KindAgentCrashLoop, Key: a.id, Severity: alarm.Critical,
-					Summary: fmt.Sprintf("agent %s: its process started %d times within %s (crash loop)", a.name, n+1, CrashLoopWindow),
+					Summary: fmt.Sprintf("agent %s: its process started %d times within %s (crash loop)", a.name, n+1, page.Duration(CrashLoopWindow)),
 					Detail:  "Read the agent's log (journalctl -u fleetwright-agent@…); its unit stops restarting it at its start limit."})
 			}
 			if a.state == nil {
@@ -344,12 +345,12 @@ func (s *Sweeper) sweepTenant(ctx context.Context, t tenantRow) error {
 						Detail:  fmt.Sprintf("%d restarts reported; the supervisor stops a worker after 5 restarts within 300 s.", w.Restarts)})
 				} else if n := recent[[2]string{a.id, w.Name}]; n >= CrashLoopRestarts {
 					add(alarm.Alarm{Kind: KindCrashLoop, Key: key, Severity: alarm.Critical,
-						Summary: fmt.Sprintf("%s on %s: %d restarts within %s (crash loop)", w.Name, a.name, n, CrashLoopWindow),
+						Summary: fmt.Sprintf("%s on %s: %d restarts within %s (crash loop)", w.Name, a.name, n, page.Duration(CrashLoopWindow)),
 						Detail:  "It restarts within its budget but keeps failing; read its last error on the fleet page."})
 				}
 				if hung, detail := s.isHung(a, w, now); hung {
 					add(alarm.Alarm{Kind: KindHung, Key: key, Severity: alarm.Critical,
-						Summary: fmt.Sprintf("%s on %s is hung: alive with work, nothing completed for %s", w.Name, a.name, s.HungAfter(w.Kind)),
+						Summary: fmt.Sprintf("%s on %s is hung: alive with work, nothing completed for %s", w.Name, a.name, page.Duration(s.HungAfter(w.Kind))),
 						Detail:  detail + " The panel never restarts it on its own: restart it from the fleet page."})
 				}
 			}
@@ -378,7 +379,7 @@ func (s *Sweeper) offline(a agentRow) (alarm.Alarm, bool) {
 	}
 	return alarm.Alarm{Kind: KindAgentOffline, Key: a.id, Severity: alarm.Critical,
 		Summary: fmt.Sprintf("agent %s is offline: not heard from since %s (%s ago; allowance %s); its workers are unknown",
-			a.name, a.lastSeen.UTC().Format("2006-01-02 15:04:05 UTC"), a.silent.Round(time.Second), s.cfg.OfflineAfter),
+			a.name, a.lastSeen.UTC().Format("2006-01-02 15:04:05 UTC"), page.Duration(*a.silent), page.Duration(s.cfg.OfflineAfter)),
 		Detail: "Reason: " + reason + ". The alarm resolves itself when the agent is heard from again."}, true
 }
 
@@ -417,7 +418,7 @@ func outages(ctx context.Context, tx pgx.Tx, agents []agentRow, want map[string]
 			}
 			msg := "back online"
 			if since != nil && a.lastSeen != nil {
-				msg = fmt.Sprintf("back online after %s without a word (%s to %s)", a.lastSeen.Sub(*since).Round(time.Second),
+				msg = fmt.Sprintf("back online after %s without a word (%s to %s)", page.Duration(a.lastSeen.Sub(*since)),
 					since.UTC().Format("15:04:05"), a.lastSeen.UTC().Format("15:04:05 UTC"))
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO agent_events (tenant_id, agent_id, at, level, kind, message)
@@ -457,9 +458,9 @@ func (s *Sweeper) isHung(a agentRow, w wire.WorkerState, now time.Time) (bool, s
 	}
 	last := "no operation completed since the agent started"
 	if op := w.LastOperation; op != nil {
-		last = fmt.Sprintf("last operation completed %s ago (%s)", now.Sub(op.FinishedAt).Round(time.Second), op.Outcome)
+		last = fmt.Sprintf("last operation completed %s ago (%s)", page.Duration(now.Sub(op.FinishedAt)), op.Outcome)
 	}
-	return true, fmt.Sprintf("Oldest task %s old; %s; threshold for %s workers %s.", age.Round(time.Second), last, w.Kind, limit)
+	return true, fmt.Sprintf("Oldest task %s old; %s; threshold for %s workers %s.", page.Duration(age), last, w.Kind, page.Duration(limit))
 }
 
 func recordRestarts(ctx context.Context, tx pgx.Tx, agent, worker string, n int, at time.Time) error {
@@ -568,11 +569,11 @@ func (s *Sweeper) sweepSystem(ctx context.Context) error {
 		switch {
 		case q.State == "available" && q.Oldest >= s.cfg.QueueAvailableAfter:
 			want[KindQueueStuck+"|"+q.Queue+"/available"] = alarm.Alarm{Kind: KindQueueStuck, Key: q.Queue + "/available", Severity: alarm.Warning,
-				Summary: fmt.Sprintf("River queue %s: a job has waited %s to start", q.Queue, q.Oldest.Round(time.Second)),
+				Summary: fmt.Sprintf("River queue %s: a job has waited %s to start", q.Queue, page.Duration(q.Oldest)),
 				Detail:  "No worker takes it: the queue is saturated or the panel's workers are stuck.", Link: "/", At: now}
 		case q.State == "running" && !RunningExempt[q.Queue] && q.Oldest >= s.cfg.QueueRunningAfter:
 			want[KindQueueStuck+"|"+q.Queue+"/running"] = alarm.Alarm{Kind: KindQueueStuck, Key: q.Queue + "/running", Severity: alarm.Warning,
-				Summary: fmt.Sprintf("River queue %s: a job has been running for %s", q.Queue, q.Oldest.Round(time.Second)),
+				Summary: fmt.Sprintf("River queue %s: a job has been running for %s", q.Queue, page.Duration(q.Oldest)),
 				Detail:  "A job that runs this long is likely hung; River rescues jobs of a killed replica on its own.", Link: "/", At: now}
 		}
 	}

@@ -2,7 +2,6 @@ package health_test
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -132,8 +131,8 @@ func TestHungWorkerIsAlarmedShownAndResolvedWhenItProgresses(t *testing.T) {
 	a, ok := open["worker.hung "+b.agent.ID+"/watcher-1"]
 	require.True(t, ok, "%v", open)
 	require.Equal(t, alarm.Critical, a.Severity)
-	require.Contains(t, a.Summary, "watcher-1 on agent-1 is hung")
-	require.Contains(t, a.Detail, "threshold for watcher workers 2m0s")
+	require.Contains(t, a.Summary, "watcher-1 on agent-1 is hung: alive with work, nothing completed for 2 min", "a duration in words, not Go's 2m0s")
+	require.Contains(t, a.Detail, "threshold for watcher workers 2 min.")
 	require.Equal(t, "/t/acme/fleet", a.Link)
 	f, err := b.fl.List(ctx, b.tenant)
 	require.NoError(t, err)
@@ -193,7 +192,7 @@ func TestCrashLoopIsASpentBudgetOrThreeRestartsInFifteenMinutes(t *testing.T) {
 	}
 	a, ok := b.open(t, b.tenant)["worker.crash_loop "+b.agent.ID+"/actor-1"]
 	require.True(t, ok)
-	require.Contains(t, a.Summary, "3 restarts within 15m0s (crash loop)")
+	require.Contains(t, a.Summary, "3 restarts within 15 min (crash loop)")
 	f, err := b.fl.List(context.Background(), b.tenant)
 	require.NoError(t, err)
 	require.Equal(t, "crash loop", f.Agents[0].Health["actor-1"])
@@ -239,7 +238,7 @@ func TestQueuesAndCellsAreWatched(t *testing.T) {
 	b.sweep(t)
 	open := b.open(t, alarm.System)
 	require.Contains(t, open, "queue.stuck claim_reconcile/available")
-	require.Contains(t, open["queue.stuck claim_reconcile/available"].Summary, "has waited 10m")
+	require.Contains(t, open["queue.stuck claim_reconcile/available"].Summary, "has waited 10 min to start")
 	require.Contains(t, open, "cell.failing eu")
 	require.NotContains(t, open, "cell.failing default")
 
@@ -347,7 +346,7 @@ func TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept(t *testing.T) {
 	off := open["agent.offline "+b.agent.ID]
 	require.Equal(t, alarm.Critical, off.Severity)
 	require.Contains(t, off.Summary, "agent agent-1 is offline: not heard from since ")
-	require.Contains(t, off.Summary, "(4m59s ago; allowance 1m30s); its workers are unknown")
+	require.Contains(t, off.Summary, "(4 min 59 s ago; allowance 1 min 30 s); its workers are unknown")
 	require.Contains(t, off.Detail, "its connection is still open but it has sent nothing")
 
 	fl, err := b.fl.List(ctx, b.tenant)
@@ -384,14 +383,9 @@ func TestSilentAgentIsOfflineItsWorkersUnknownAndItsOutageKept(t *testing.T) {
 		events, msgs = append(events, e.Kind), append(msgs, e.Message)
 	}
 	require.Equal(t, []string{"agent.back", "agent.offline"}, events, "one event each way, newest first")
-	m := regexp.MustCompile(`^back online after (\S+) without a word \(\d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC\)$`).FindStringSubmatch(msgs[0])
-	require.NotNil(t, m, msgs[0])
-	gone, err := time.ParseDuration(m[1])
-	require.NoError(t, err)
 	// From its last word before the silence to its first after: at least
-	// the 4m59s of silence, plus the test's own time.
-	require.GreaterOrEqual(t, gone, 4*time.Minute+58*time.Second, msgs[0])
-	require.Less(t, gone, 10*time.Minute, msgs[0])
+	// the 4m59s of silence, plus the test's own time, in words.
+	require.Regexp(t, `^back online after (4 min 5[89] s|5 min( [0-9] s)?) without a word \(\d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC\)$`, msgs[0])
 	require.Regexp(t, `^offline: not heard from since \d\d:\d\d:\d\d UTC$`, msgs[1])
 	var history []string
 	require.NoError(t, db.InTenant(ctx, b.d.App, b.tenant, func(tx pgx.Tx) error {

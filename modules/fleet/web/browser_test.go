@@ -92,7 +92,7 @@ func TestBrowserFleetAgentAndAlarmsFit(t *testing.T) {
 			level, kind, msg string
 		}{
 			{past.Add(90 * time.Second), past, "error", "agent.offline", "offline: not heard from since " + past.UTC().Format("15:04:05 UTC")},
-			{past.Add(10 * time.Minute), time.Time{}, "info", "agent.back", "back online after 10m0s without a word"},
+			{past.Add(10 * time.Minute), time.Time{}, "info", "agent.back", "back online after 10 min without a word"},
 			{lastWord.Add(90 * time.Second), lastWord, "error", "agent.offline", "offline: not heard from since " + lastWord.UTC().Format("15:04:05 UTC")},
 		} {
 			var fields any
@@ -112,7 +112,7 @@ func TestBrowserFleetAgentAndAlarmsFit(t *testing.T) {
 	_, err = alarm.ResolveAt(ctx, c.DB.App, acme.ID, "agent.offline", offID, "health", past.Add(10*time.Minute))
 	require.NoError(t, err)
 	_, err = alarm.Raise(ctx, c.DB.App, alarm.Alarm{Kind: "agent.offline", Key: offID, Tenant: acme.ID, Severity: alarm.Critical,
-		Summary: "agent agent-east-6 is offline: not heard from since " + lastWord.UTC().Format("15:04:05 UTC") + " (7 min ago; allowance 1m30s); its workers are unknown",
+		Summary: "agent agent-east-6 is offline: not heard from since " + lastWord.UTC().Format("15:04:05 UTC") + " (7 min ago; allowance 1 min 30 s); its workers are unknown",
 		Link:    "/t/acme/fleet/agents/" + offID, At: lastWord.Add(90 * time.Second)})
 	require.NoError(t, err)
 	for _, j := range []string{"shop-prices-eu-west-long-name", "catalogue"} {
@@ -203,7 +203,7 @@ func TestBrowserFleetAgentAndAlarmsFit(t *testing.T) {
 	require.Contains(t, outages[1].MustText(), "10 min")
 	require.Regexp(t, `^offline (17|18) min \(98\.\d % up\)$`, p.MustElement(`[data-testid="uptime-day"]`).MustText())
 	require.Contains(t, p.MustElement(`[data-testid="agent-facts"]`).MustText(), "fleetwright v0.9.3")
-	require.Contains(t, p.MustElement(`[data-testid="agent-events"]`).MustText(), "back online after 10m0s")
+	require.Contains(t, p.MustElement(`[data-testid="agent-events"]`).MustText(), "back online after 10 min")
 	for _, a := range []string{"pause", "rotate-token", "retire"} {
 		requireInWindow(t, p, p.MustElement(`[data-testid="agent-actions"] [data-testid="`+a+`"]`))
 	}
