@@ -17,11 +17,11 @@ import (
 )
 
 // TestContention: 72 racers released by a barrier contend for each of 50
-// keys, 20 rounds; each round exactly one lease per key, and every key's
+// keys, 5 rounds; each round exactly one lease per key, and every key's
 // token rises from round to round. Winners release (NOT_SENT) between rounds
 // so the same keys are leased again.
 func TestContention(t *testing.T) {
-	const racers, keys, rounds = 72, 50, 20
+	const racers, keys, rounds = 72, 50, 5
 	b := setup(t)
 	ctx := context.Background()
 	agents := make([]string, 8)
